@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import DropItem, NotConfigured
+
+from vesti_scrapy.items import FeedResult, PostItem
+from vesti_scrapy.storage import StorageError, Store
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+logger = logging.getLogger(__name__)
+
+
+class SQLiteWriterPipeline:
+    """Writes posts, per-feed state and runs, in short batched transactions.
+
+    A feed's :class:`FeedResult` arrives after its last post; it is written in the same
+    transaction as the posts still buffered, so the feed's validators are never stored
+    ahead of its posts.
+    """
+
+    def __init__(
+        self, db_path: str, batch_size: int, dead_after: int, stats: StatsCollector
+    ) -> None:
+        self.db_path = db_path
+        self.batch_size = batch_size
+        self.dead_after = dead_after
+        self.stats = stats
+        self.store: Store | None = None
+        self.source_ids: dict[str, int] = {}
+        self.buffer: list[dict[str, Any]] = []
+        # Posts of a feed committed in earlier batches, not yet counted in its result.
+        self.committed_new: Counter[str] = Counter()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        if settings.getbool("VESTI_DRY_RUN"):
+            raise NotConfigured
+        return cls(
+            settings["VESTI_DB"],
+            settings.getint("VESTI_WRITE_BATCH"),
+            settings.getint("VESTI_DEAD_AFTER_ERRORS"),
+            crawler.stats,
+        )
+
+    def open_spider(self) -> None:
+        self.store = Store.open(self.db_path, dead_after_errors=self.dead_after)
+        self.source_ids = self.store.source_ids()
+
+    def close_spider(self) -> None:
+        if self.store is None:
+            return
+        try:
+            self._flush([])
+        finally:
+            self.store.close()
+
+    def process_item(self, item: object) -> object:
+        if isinstance(item, PostItem):
+            source_id = self.source_ids.get(item.source)
+            if source_id is None:
+                raise DropItem(f"Post from unknown source {item.source!r}: {item.url}")
+            self.buffer.append(_post_row(item, source_id))
+            if len(self.buffer) >= self.batch_size:
+                self._flush([])
+        elif isinstance(item, FeedResult):
+            self._flush([item])
+        return item
+
+    def _flush(self, results: list[FeedResult]) -> None:
+        if not self.buffer and not results:
+            return
+        assert self.store is not None
+        posts, self.buffer = self.buffer, []
+        for result in results:
+            result.new = self.committed_new.pop(result.source, 0)
+        try:
+            inserted = self.store.write(posts, results)
+        except StorageError:
+            self.stats.inc_value("sqlite/write_error")
+            raise
+        new_by_source = Counter(p["source"] for p, new in zip(posts, inserted, strict=True) if new)
+        self.stats.inc_value("sqlite/posts_inserted", sum(new_by_source.values()))
+        self.stats.inc_value("sqlite/posts_conflict", len(posts) - sum(new_by_source.values()))
+        for result in results:
+            new_by_source.pop(result.source, None)  # counted in result.new by the store
+        self.committed_new.update(new_by_source)
+
+
+def _post_row(item: PostItem, source_id: int) -> dict[str, Any]:
+    return {
+        "source": item.source,
+        "source_id": source_id,
+        "url": item.url,
+        "canonical_url": item.canonical_url,
+        "title": item.title,
+        "text": item.text,
+        "sha256": item.sha256,
+        "substantive": int(item.substantive),
+        "author": item.author,
+        "published_at": item.published_at,
+        "fetched_at": item.fetched_at,
+        "lang": item.lang,
+        "direction": item.direction,
+        "content_type": item.content_type,
+    }

@@ -1,0 +1,322 @@
+"""The `feeds` spider: every enabled RSS/Atom/JSON feed of the registry, conditionally.
+
+    scrapy crawl feeds [-a direction=linux] [-a source=lwn,opennet] [-a priority=P0]
+                       [-a dry_run=1] [-a trigger=manual]
+
+A feed's entries become posts; an entry that carries only a short summary is followed to
+its article page, whose text trafilatura extracts. After the last post of a feed, the
+spider yields the feed's :class:`FeedResult`; the writer stores the feed's validators in
+the same transaction as that post, so a crawl killed at any moment never leaves a stored
+ETag in front of entries that were not stored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import scrapy
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadTimeoutError,
+)
+from scrapy.http import Request, Response, TextResponse
+from scrapy.spidermiddlewares.httperror import HttpError
+from twisted.internet.error import ConnectError, DNSLookupError, TimeoutError
+
+from vesti_scrapy.arguments import CrawlArguments
+from vesti_scrapy.deltafetch import ArticleDeltaFetch
+from vesti_scrapy.feeds import Entry, FeedError, parse_feed
+from vesti_scrapy.items import FeedResult, PostItem
+from vesti_scrapy.registry import Source, load_sources
+from vesti_scrapy.storage import Store, utcnow
+from vesti_scrapy.text import extract_article, text_sha256
+from vesti_scrapy.urls import normalize_url
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from twisted.python.failure import Failure
+
+logger = logging.getLogger(__name__)
+
+# Failures that mean the host could not be reached at all (as opposed to a bad answer).
+CONNECTION_ERRORS = (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadTimeoutError,
+    DNSLookupError,
+    ConnectError,
+    TimeoutError,
+)
+
+
+@dataclass
+class _FeedProgress:
+    """A feed whose posts are still on their way (article pages being fetched)."""
+
+    result: FeedResult
+    pending_articles: int = 0
+
+
+def describe_failure(failure: Failure) -> str:
+    """A short, user-facing reason for a failed request."""
+    if failure.check(HttpError):
+        response = failure.value.response
+        return f"HTTP {response.status} from {response.url}"
+    exc = failure.value
+    message = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {message}"
+
+
+class FeedsSpider(scrapy.Spider):
+    name = "feeds"
+
+    def __init__(
+        self,
+        direction: str | None = None,
+        source: str | None = None,
+        priority: str | None = None,
+        dry_run: str | None = None,
+        trigger: str = "manual",
+        **kwargs: Any,
+    ) -> None:
+        # scrapyd adds _job and _version: accepted through **kwargs.
+        super().__init__(**kwargs)
+        self.arguments = CrawlArguments.parse(
+            direction=direction, source=source, priority=priority, dry_run=dry_run
+        )
+        self.trigger = trigger
+        self.sources_by_slug: dict[str, Source] = {}
+        self.to_crawl: list[Source] = []
+        self._feeds: dict[str, _FeedProgress] = {}
+        self._articles_requested: set[str] = set()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> FeedsSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        settings = crawler.settings
+        if spider.arguments.dry_run:
+            crawler.settings.set("VESTI_DRY_RUN", True, priority="spider")
+        registry = load_sources(settings["VESTI_SOURCES"])
+        spider.arguments.check_against(registry, settings["VESTI_SOURCES"])
+        spider.sources_by_slug = {s.slug: s for s in registry}
+        spider.to_crawl = spider._select(registry, settings)
+        crawler.signals.connect(spider.spider_closed, signal=scrapy.signals.spider_closed)
+        return spider
+
+    def _select(self, registry: list[Source], settings: Any) -> list[Source]:
+        """Sync the registry into the database and pick the sources this crawl polls."""
+        statuses: dict[str, str] = {}
+        if not self.arguments.dry_run:
+            store = Store.open(settings["VESTI_DB"])
+            try:
+                store.sync_sources(registry)
+                statuses = {row.slug: row.feed_status for row in store.sources()}
+            finally:
+                store.close()
+        selected = []
+        for source in registry:
+            if not self.arguments.matches(source):
+                continue
+            if statuses.get(source.slug) == "dead" and source.slug not in self.arguments.sources:
+                logger.info(
+                    "Skipping dead source %s (name it with -a source= to try it)", source.slug
+                )
+                self.crawler.stats.inc_value("feeds/skipped_dead")
+                continue
+            selected.append(source)
+        return selected
+
+    async def start(self) -> AsyncIterator[Request]:
+        logger.info("Crawling %d feed(s)", len(self.to_crawl))
+        for source in self.to_crawl:
+            yield Request(
+                source.feed_url,
+                callback=self.parse_feed,
+                errback=self.feed_failed,
+                meta={"vesti_feed": source.slug, "vesti_started_at": utcnow()},
+                dont_filter=True,
+            )
+
+    # --- feeds ---------------------------------------------------------------------
+    def _source_for(self, response: Response) -> Source:
+        slug = response.meta.get("vesti_feed")
+        if slug in self.sources_by_slug:
+            return self.sources_by_slug[slug]
+        # `scrapy parse` / `scrapy shell` on a URL: find the source by its feed URL.
+        for source in self.sources_by_slug.values():
+            if source.feed_url in (response.url, response.request and response.request.url):
+                return source
+        return Source(
+            slug="adhoc", name=response.url, url=None, feed_url=response.url, channel=None,
+            crawler="rss", direction="tech", lang=None, priority="P1", enabled=True,
+        )  # fmt: skip
+
+    def parse_feed(self, response: Response) -> Iterator[PostItem | FeedResult | Request]:
+        source = self._source_for(response)
+        started_at = response.meta.get("vesti_started_at") or utcnow()
+        if response.status == 304:
+            yield FeedResult(source.slug, "not_modified", started_at, trigger=self.trigger)
+            return
+        content_type = response.headers.get(b"Content-Type", b"").decode("latin-1")
+        try:
+            feed = parse_feed(response.body, response.url, content_type)
+        except FeedError as exc:
+            self.crawler.stats.inc_value("feeds/unreadable")
+            yield self._error_result(source.slug, started_at, f"{exc} ({response.url})")
+            return
+        if feed.problem:
+            logger.info("Feed %s is malformed but readable: %s", source.slug, feed.problem)
+            self.crawler.stats.inc_value("feeds/malformed")
+        result = FeedResult(
+            source.slug,
+            "ok",
+            started_at,
+            fetched=len(feed.entries),
+            etag=_header(response, b"ETag"),
+            modified=_header(response, b"Last-Modified"),
+            last_build_date=feed.last_build_date,
+            trigger=self.trigger,
+        )
+        progress = _FeedProgress(result)
+        self._feeds[source.slug] = progress
+        for entry in feed.entries:
+            post = self._post(source, entry)
+            if post is None:
+                continue
+            article = self._article_request(entry, post)
+            if article is None:
+                yield _ensure_text(post)
+            elif article is not _ALREADY_HANDLED:
+                progress.pending_articles += 1
+                yield article
+        if progress.pending_articles == 0:
+            yield self._finish_feed(source.slug)
+
+    def feed_failed(self, failure: Failure) -> Iterator[FeedResult]:
+        request = failure.request
+        slug = request.meta["vesti_feed"]
+        reason = describe_failure(failure)
+        logger.warning("Feed %s failed: %s", slug, reason)
+        if failure.check(*CONNECTION_ERRORS):
+            self.crawler.stats.inc_value("feeds/connection_error")
+        yield self._error_result(slug, request.meta.get("vesti_started_at") or utcnow(), reason)
+
+    def _error_result(self, slug: str, started_at: str, error: str) -> FeedResult:
+        self.crawler.stats.inc_value("feeds/error")
+        return FeedResult(slug, "error", started_at, error=error, trigger=self.trigger)
+
+    def _finish_feed(self, slug: str) -> FeedResult:
+        return self._feeds.pop(slug).result
+
+    # --- entries -------------------------------------------------------------------
+    def _post(self, source: Source, entry: Entry) -> PostItem | None:
+        if entry.link:
+            url = entry.link
+        elif entry.entry_id:
+            # An id is unique only within its feed.
+            url = f"urn:vesti:{source.slug}:{entry.entry_id}"
+        elif entry.title or entry.text:
+            # No link and no id: the entry is identified by what it says.
+            url = f"urn:vesti:{source.slug}:sha256:{text_sha256(entry.title + ' ' + entry.text)}"
+        else:
+            self.crawler.stats.inc_value("feeds/entry_empty")
+            return None
+        return PostItem(
+            source=source.slug,
+            url=url,
+            title=entry.title,
+            text=entry.text,
+            fetched_at=utcnow(),
+            direction=source.direction,
+            lang=source.lang,
+            author=entry.author,
+            published_at=entry.published_at,
+        )
+
+    def _article_request(self, entry: Entry, post: PostItem) -> Request | object | None:
+        """The request for the entry's article page, or None when the feed text is enough.
+
+        Returns ``_ALREADY_HANDLED`` when the article is already on its way in this crawl
+        (the same article in another feed) or was fetched by an earlier crawl.
+        """
+        min_chars = self.crawler.settings.getint("VESTI_SUMMARY_MIN_CHARS")
+        if not entry.summary_only or len(entry.text) >= min_chars:
+            return None
+        if not entry.link or not entry.link.startswith(("http://", "https://")):
+            return None
+        key = normalize_url(entry.link)
+        if key in self._articles_requested:
+            self.crawler.stats.inc_value("articles/shared")
+            return _ALREADY_HANDLED
+        self._articles_requested.add(key)
+        deltafetch = self.crawler.get_spider_middleware(ArticleDeltaFetch)
+        if deltafetch is not None and deltafetch.seen(key):
+            self.crawler.stats.inc_value("deltafetch/skipped")
+            return _ALREADY_HANDLED
+        return Request(
+            entry.link,
+            callback=self.parse_article,
+            errback=self.article_failed,
+            cb_kwargs={"post": post},
+            meta={"vesti_article": True, "deltafetch_key": key},
+            dont_filter=True,
+        )
+
+    def parse_article(self, response: Response, post: PostItem) -> Iterator[Any]:
+        if isinstance(response, TextResponse):
+            text = extract_article(response.text, url=response.url)
+            if len(text) > len(post.text):
+                post.text = text
+                post.content_type = "article"
+                self.crawler.stats.inc_value("articles/extracted")
+            else:
+                self.crawler.stats.inc_value("articles/kept_summary")
+        else:
+            self.crawler.stats.inc_value("articles/not_text")
+        yield from self._article_done(post)
+
+    def article_failed(self, failure: Failure) -> Iterator[Any]:
+        post: PostItem = failure.request.cb_kwargs["post"]
+        logger.info(
+            "Article %s failed, storing the feed's summary: %s", post.url, describe_failure(failure)
+        )
+        self.crawler.stats.inc_value("articles/failed")
+        yield from self._article_done(post)
+
+    def _article_done(self, post: PostItem) -> Iterator[Any]:
+        yield _ensure_text(post)
+        progress = self._feeds.get(post.source)
+        if progress is None:  # `scrapy parse` of an article alone
+            return
+        progress.pending_articles -= 1
+        if progress.pending_articles == 0:
+            yield self._finish_feed(post.source)
+
+    def spider_closed(self, spider: scrapy.Spider, reason: str) -> None:
+        if self._feeds:
+            logger.warning(
+                "Crawl ended (%s) before %d feed(s) completed; their state was not stored and "
+                "the next crawl fetches them again: %s",
+                reason,
+                len(self._feeds),
+                ", ".join(sorted(self._feeds)),
+            )
+
+
+_ALREADY_HANDLED = object()
+
+
+def _ensure_text(post: PostItem) -> PostItem:
+    """An entry with no text at all (no content, no summary, no article) keeps its title."""
+    if not post.text.strip():
+        post.text = post.title
+    return post
+
+
+def _header(response: Response, name: bytes) -> str | None:
+    value = response.headers.get(name)
+    return value.decode("latin-1") if value else None

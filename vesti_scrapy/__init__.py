@@ -1,0 +1,1 @@
+"""vesti_scrapy: a news collector built on Scrapy (feeds → posts in SQLite)."""

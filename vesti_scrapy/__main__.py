@@ -1,0 +1,3 @@
+from vesti_scrapy.cli import main
+
+raise SystemExit(main())

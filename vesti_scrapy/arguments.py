@@ -1,0 +1,82 @@
+"""Spider arguments (`-a direction=… source=… priority=… dry_run=…`), checked up front."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scrapy.exceptions import UsageError
+
+from vesti_scrapy.registry import DIRECTIONS, PRIORITIES, Source
+
+TRUE_WORDS = {"1", "true", "yes", "on"}
+FALSE_WORDS = {"", "0", "false", "no", "off"}
+
+
+class ArgumentError(UsageError):
+    """A spider argument names something that does not exist."""
+
+
+def _split(value: str | None) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    return frozenset(part.strip() for part in value.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class CrawlArguments:
+    directions: frozenset[str] = field(default_factory=frozenset)
+    sources: frozenset[str] = field(default_factory=frozenset)
+    priorities: frozenset[str] = field(default_factory=frozenset)
+    dry_run: bool = False
+
+    @classmethod
+    def parse(
+        cls,
+        direction: str | None = None,
+        source: str | None = None,
+        priority: str | None = None,
+        dry_run: str | bool | None = None,
+    ) -> CrawlArguments:
+        problems = []
+        directions = _split(direction)
+        if unknown := sorted(directions - set(DIRECTIONS)):
+            problems.append(
+                f"unknown direction {', '.join(unknown)} (one of {', '.join(DIRECTIONS)})"
+            )
+        priorities = _split(priority)
+        if unknown := sorted(priorities - set(PRIORITIES)):
+            problems.append(
+                f"unknown priority {', '.join(unknown)} (one of {', '.join(PRIORITIES)})"
+            )
+        if isinstance(dry_run, bool):
+            dry = dry_run
+        elif (dry_run or "").strip().lower() in TRUE_WORDS | FALSE_WORDS:
+            dry = (dry_run or "").strip().lower() in TRUE_WORDS
+        else:
+            problems.append(f"dry_run={dry_run!r} must be 1 or 0")
+            dry = False
+        if problems:
+            raise ArgumentError("; ".join(problems))
+        return cls(directions, _split(source), priorities, dry)
+
+    def check_against(self, registry: list[Source], path: str | Path) -> None:
+        known = {s.slug for s in registry}
+        if unknown := sorted(self.sources - known):
+            raise ArgumentError(
+                f"unknown source {', '.join(unknown)}: not in {path} "
+                f"(known: {', '.join(sorted(known)) or 'none'})"
+            )
+        rss = {s.slug for s in registry if s.crawler == "rss"}
+        if not_rss := sorted(self.sources & known - rss):
+            raise ArgumentError(f"source {', '.join(not_rss)} is not an rss source")
+
+    def matches(self, source: Source) -> bool:
+        """Whether this crawl polls ``source``; naming it with source= overrides enabled."""
+        named = source.slug in self.sources
+        return (
+            source.crawler == "rss"
+            and (named if self.sources else source.enabled)
+            and (not self.directions or source.direction in self.directions)
+            and (not self.priorities or source.priority in self.priorities)
+        )

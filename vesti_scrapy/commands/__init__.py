@@ -1,0 +1,1 @@
+"""Project commands for `scrapy` (COMMANDS_MODULE)."""

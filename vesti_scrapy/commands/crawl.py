@@ -1,0 +1,47 @@
+"""`scrapy crawl` that reports our own start-up errors (bad arguments, an invalid
+registry, an unusable database) as one clean line on stderr, without a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from scrapy.commands.crawl import Command as ScrapyCrawlCommand
+from scrapy.exceptions import UsageError
+
+from vesti_scrapy.arguments import ArgumentError
+from vesti_scrapy.registry import RegistryError
+from vesti_scrapy.storage import StorageError
+
+if TYPE_CHECKING:
+    import argparse
+
+logger = logging.getLogger(__name__)
+CLEAN_ERRORS = (ArgumentError, RegistryError, StorageError)
+
+
+class Command(ScrapyCrawlCommand):
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if len(args) != 1:
+            raise UsageError("give exactly one spider name")
+        assert self.crawler_process
+        task = self.crawler_process.crawl(self._create_crawler(args[0]), **opts.spargs)
+        task.add_done_callback(self._report)
+        self.crawler_process.start()
+        if self.crawler_process.bootstrap_failed and not self.exitcode:
+            self.exitcode = 1
+
+    def _report(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved here, so asyncio does not print it again
+        if exc is None:
+            return
+        if isinstance(exc, CLEAN_ERRORS):
+            print(f"error: {exc}", file=sys.stderr)
+            self.exitcode = 2 if isinstance(exc, ArgumentError) else 1
+        else:
+            logger.error("The crawl failed to start", exc_info=exc)
+            self.exitcode = 1

@@ -1,0 +1,179 @@
+"""Feed documents to entries: feedparser for RSS/Atom/RDF, a small reader for JSON Feed.
+
+Parsing works on the response bytes plus its Content-Type header, so that a declared
+charset (windows-1251, koi8-r) is honoured, and on the response URL, against which
+relative links resolve.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urljoin
+
+import feedparser
+from dateutil import parser as dateparser
+
+from vesti_scrapy.text import html_to_text, normalize_whitespace
+
+
+class FeedError(Exception):
+    """The document is not a feed we can read any entry from."""
+
+
+@dataclass
+class Entry:
+    link: str | None
+    entry_id: str | None
+    title: str
+    text: str
+    # True when the entry carries no content, only a summary (maybe empty).
+    summary_only: bool
+    author: str | None = None
+    published_at: str | None = None
+
+
+@dataclass
+class ParsedFeed:
+    entries: list[Entry] = field(default_factory=list)
+    last_build_date: str | None = None
+    # Set when the document was malformed but entries could still be read.
+    problem: str | None = None
+    # Time-to-live the feed asks for, in minutes (RSS <ttl>).
+    ttl: int | None = None
+
+
+def _iso(struct: time.struct_time | None) -> str | None:
+    if not struct:
+        return None
+    try:
+        return datetime.fromtimestamp(calendar.timegm(struct), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError):
+        return None
+
+
+def parse_date(raw: str | None) -> str | None:
+    """A free-form date string to ISO 8601 UTC, or None when it is not a date."""
+    if not raw or not isinstance(raw, str):
+        return None
+    try:
+        parsed = dateparser.parse(raw)
+    except (ValueError, OverflowError, dateparser.ParserError):
+        return None
+    if parsed is None:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _detail_text(detail: dict[str, Any]) -> str:
+    value = detail.get("value") or ""
+    if detail.get("type") == "text/plain":
+        return normalize_whitespace(value)
+    return html_to_text(value)
+
+
+def _entry_from_feedparser(raw: dict[str, Any]) -> Entry:
+    content = raw.get("content") or []
+    if content and (content[0].get("value") or "").strip():
+        text, summary_only = _detail_text(content[0]), False
+    else:
+        detail = raw.get("summary_detail") or {"value": raw.get("summary", ""), "type": "text/html"}
+        text, summary_only = _detail_text(detail), True
+    published = (
+        _iso(raw.get("published_parsed"))
+        or _iso(raw.get("updated_parsed"))
+        or parse_date(raw.get("published"))
+        or parse_date(raw.get("updated"))
+    )
+    title_detail = raw.get("title_detail")
+    title = _detail_text(title_detail) if title_detail else (raw.get("title") or "")
+    return Entry(
+        link=raw.get("link") or None,
+        entry_id=raw.get("id") or None,
+        title=title,
+        text=text,
+        summary_only=summary_only,
+        author=raw.get("author") or None,
+        published_at=published,
+    )
+
+
+def _looks_like_json(body: bytes, content_type: str) -> bool:
+    return "json" in content_type.lower() or body.lstrip()[:1] == b"{"
+
+
+def _str(value: Any) -> str:
+    """A JSON Feed field as text; fields of the wrong type count as missing."""
+    return value if isinstance(value, str) else ""
+
+
+def _parse_json_feed(body: bytes, url: str) -> ParsedFeed:
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FeedError(f"invalid JSON Feed: {exc}") from exc
+    if not isinstance(doc, dict) or not _str(doc.get("version")).startswith(
+        "https://jsonfeed.org/version/"
+    ):
+        raise FeedError("JSON document is not a JSON Feed (no jsonfeed.org version)")
+    items = doc.get("items")
+    entries = []
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        link = _str(item.get("url")) or _str(item.get("external_url"))
+        if _str(item.get("content_html")):
+            text, summary_only = html_to_text(item["content_html"]), False
+        elif _str(item.get("content_text")):
+            text, summary_only = normalize_whitespace(item["content_text"]), False
+        else:
+            text, summary_only = html_to_text(_str(item.get("summary"))), True
+        authors = item.get("authors")
+        if not isinstance(authors, list):
+            authors = [item.get("author")]
+        author = next((_str(a.get("name")) for a in authors if isinstance(a, dict)), "")
+        entry_id = item.get("id")
+        entries.append(
+            Entry(
+                link=urljoin(url, link) if link else None,
+                entry_id=str(entry_id) if isinstance(entry_id, (str, int)) else None,
+                title=html_to_text(_str(item.get("title"))),
+                text=text,
+                summary_only=summary_only,
+                author=author or None,
+                published_at=parse_date(_str(item.get("date_published")))
+                or parse_date(_str(item.get("date_modified"))),
+            )
+        )
+    return ParsedFeed(entries=entries)
+
+
+def parse_feed(body: bytes, url: str, content_type: str = "") -> ParsedFeed:
+    """Entries of a feed document; raises :class:`FeedError` when none can be read."""
+    if _looks_like_json(body, content_type):
+        return _parse_json_feed(body, url)
+    headers = {"content-location": url}
+    if content_type:
+        headers["content-type"] = content_type
+    parsed = feedparser.parse(body, response_headers=headers)
+    problem = None
+    if parsed.get("bozo"):
+        exc = parsed.get("bozo_exception")
+        problem = f"{type(exc).__name__}: {exc}" if exc else "malformed feed"
+    entries = [_entry_from_feedparser(raw) for raw in parsed.entries]
+    if not entries and problem and not parsed.get("version"):
+        raise FeedError(f"not a readable feed ({problem})")
+    feed_info = parsed.get("feed", {})
+    ttl = feed_info.get("ttl")
+    return ParsedFeed(
+        entries=entries,
+        last_build_date=_iso(feed_info.get("updated_parsed")) or feed_info.get("updated"),
+        problem=problem,
+        ttl=int(ttl) if isinstance(ttl, str) and ttl.strip().isdigit() else None,
+    )

@@ -1,0 +1,375 @@
+"""The one way into the SQLite database: pragmas, schema, migrations and queries.
+
+Every process (crawls, CLI) opens the database through :func:`connect`. The schema is
+versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` is the ordered list that brings
+any older file up to date, each step in its own ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vesti_scrapy.items import FeedResult
+    from vesti_scrapy.registry import Source
+
+BUSY_TIMEOUT_MS = 5000
+
+
+class StorageError(Exception):
+    """The database cannot be opened or written; the message says what to do."""
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _migrate_1_initial(conn: sqlite3.Connection) -> None:
+    """Create the schema, or bring the replaced crawler's database (version 0) up to it.
+
+    That database has a ``sources`` table without ``feed_url``; other tables may be missing.
+    """
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS sources (
+            id        INTEGER PRIMARY KEY,
+            slug      TEXT NOT NULL UNIQUE,
+            name      TEXT NOT NULL,
+            url       TEXT,
+            channel   TEXT,
+            crawler   TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            lang      TEXT,
+            priority  TEXT NOT NULL DEFAULT 'P1',
+            enabled   INTEGER NOT NULL DEFAULT 1,
+            status    TEXT NOT NULL DEFAULT 'alive'
+        )"""
+    )
+    if "feed_url" not in _table_columns(conn, "sources"):
+        conn.execute("ALTER TABLE sources ADD COLUMN feed_url TEXT")
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS posts (
+            id            INTEGER PRIMARY KEY,
+            source_id     INTEGER NOT NULL REFERENCES sources(id),
+            url           TEXT NOT NULL,
+            canonical_url TEXT NOT NULL UNIQUE,
+            title         TEXT NOT NULL DEFAULT '',
+            text          TEXT NOT NULL DEFAULT '',
+            sha256        TEXT NOT NULL,
+            -- 1 when the text is long enough for its hash to identify the article
+            substantive   INTEGER NOT NULL DEFAULT 0,
+            author        TEXT,
+            published_at  TEXT,
+            fetched_at    TEXT NOT NULL,
+            lang          TEXT,
+            direction     TEXT,
+            content_type  TEXT NOT NULL DEFAULT 'text',
+            status        TEXT NOT NULL DEFAULT 'new',
+            classified    INTEGER NOT NULL DEFAULT 0
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS posts_sha256 ON posts(sha256)")
+    conn.execute(
+        "CREATE UNIQUE INDEX IF NOT EXISTS posts_sha256_substantive "
+        "ON posts(sha256) WHERE substantive = 1"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS posts_source ON posts(source_id)")
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS rss_state (
+            slug            TEXT PRIMARY KEY,
+            etag            TEXT,
+            modified        TEXT,
+            last_build_date TEXT,
+            last_error      TEXT,
+            error_count     INTEGER NOT NULL DEFAULT 0,
+            status          TEXT NOT NULL DEFAULT 'new',
+            updated_at      TEXT
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS runs (
+            id          INTEGER PRIMARY KEY,
+            source_id   INTEGER REFERENCES sources(id),
+            name        TEXT NOT NULL,
+            trigger     TEXT NOT NULL DEFAULT 'manual',
+            started_at  TEXT NOT NULL,
+            finished_at TEXT,
+            status      TEXT NOT NULL,
+            fetched     INTEGER NOT NULL DEFAULT 0,
+            new         INTEGER NOT NULL DEFAULT 0,
+            error       TEXT
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS runs_source ON runs(source_id, started_at)")
+
+
+# Ordered: MIGRATIONS[i] brings user_version i to i + 1. Append only.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _migrate_1_initial,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction that takes the write lock up front (no upgrade deadlocks)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _user_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    version = _user_version(conn)
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"{path}: the database has schema version {version}, newer than this "
+            f"vesti_scrapy knows ({SCHEMA_VERSION}); upgrade vesti_scrapy, the file was "
+            "left untouched"
+        )
+    while version < SCHEMA_VERSION:
+        with transaction(conn):
+            # Re-read under the write lock: another process may have migrated meanwhile.
+            version = _user_version(conn)
+            if version >= SCHEMA_VERSION:
+                break
+            MIGRATIONS[version](conn)
+            version += 1
+            conn.execute(f"PRAGMA user_version = {version}")
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    """Open (creating or migrating) the database at ``path`` with the project's pragmas."""
+    path = str(path)
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        _migrate(conn, path)
+    except sqlite3.DatabaseError as exc:
+        raise StorageError(f"{path}: cannot open the database: {exc}") from exc
+    return conn
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    id: int
+    slug: str
+    name: str
+    feed_url: str | None
+    crawler: str
+    direction: str
+    lang: str | None
+    priority: str
+    enabled: bool
+    feed_status: str
+
+
+POST_COLUMNS = (
+    "source_id",
+    "url",
+    "canonical_url",
+    "title",
+    "text",
+    "sha256",
+    "substantive",
+    "author",
+    "published_at",
+    "fetched_at",
+    "lang",
+    "direction",
+    "content_type",
+)
+
+
+class Store:
+    """Queries over one connection; every write is one short transaction."""
+
+    def __init__(self, conn: sqlite3.Connection, dead_after_errors: int = 5) -> None:
+        self.conn = conn
+        self.dead_after_errors = dead_after_errors
+
+    @classmethod
+    def open(cls, path: str | Path, **kwargs: Any) -> Store:
+        return cls(connect(path), **kwargs)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # --- sources ---------------------------------------------------------------------
+    def sync_sources(self, sources: Iterable[Source]) -> None:
+        """Upsert the registry by slug; sources no longer listed are disabled, not deleted."""
+        sources = list(sources)
+        with transaction(self.conn):
+            self.conn.executemany(
+                """INSERT INTO sources
+                       (slug, name, url, feed_url, channel, crawler, direction, lang,
+                        priority, enabled)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT(slug) DO UPDATE SET
+                       name = excluded.name, url = excluded.url,
+                       feed_url = excluded.feed_url, channel = excluded.channel,
+                       crawler = excluded.crawler, direction = excluded.direction,
+                       lang = excluded.lang, priority = excluded.priority,
+                       enabled = excluded.enabled""",
+                [
+                    (
+                        s.slug,
+                        s.name,
+                        s.url,
+                        s.feed_url,
+                        s.channel,
+                        s.crawler,
+                        s.direction,
+                        s.lang,
+                        s.priority,
+                        int(s.enabled),
+                    )
+                    for s in sources
+                ],
+            )
+            listed = [s.slug for s in sources]
+            self.conn.execute(
+                "UPDATE sources SET enabled = 0 WHERE slug NOT IN (SELECT value FROM json_each(?))",
+                (json.dumps(listed),),
+            )
+
+    def sources(self) -> list[SourceRow]:
+        rows = self.conn.execute(
+            """SELECT s.id, s.slug, s.name, s.feed_url, s.crawler, s.direction, s.lang,
+                      s.priority, s.enabled, COALESCE(st.status, 'new') AS feed_status
+               FROM sources s LEFT JOIN rss_state st ON st.slug = s.slug
+               ORDER BY s.slug"""
+        ).fetchall()
+        return [
+            SourceRow(
+                id=r["id"],
+                slug=r["slug"],
+                name=r["name"],
+                feed_url=r["feed_url"],
+                crawler=r["crawler"],
+                direction=r["direction"],
+                lang=r["lang"],
+                priority=r["priority"],
+                enabled=bool(r["enabled"]),
+                feed_status=r["feed_status"],
+            )
+            for r in rows
+        ]
+
+    def source_ids(self) -> dict[str, int]:
+        return {r[0]: r[1] for r in self.conn.execute("SELECT slug, id FROM sources")}
+
+    # --- feed state ------------------------------------------------------------------
+    def validators(self, slug: str) -> tuple[str | None, str | None]:
+        row = self.conn.execute(
+            "SELECT etag, modified FROM rss_state WHERE slug = ?", (slug,)
+        ).fetchone()
+        return (row["etag"], row["modified"]) if row else (None, None)
+
+    # --- posts -----------------------------------------------------------------------
+    def is_stored(self, canonical_url: str, sha256: str | None) -> bool:
+        """Whether a post with this canonical URL (or substantive text hash) exists."""
+        if sha256 is None:
+            sql, args = "SELECT 1 FROM posts WHERE canonical_url = ?", (canonical_url,)
+        else:
+            sql = (
+                "SELECT 1 FROM posts WHERE canonical_url = ? "
+                "UNION ALL SELECT 1 FROM posts WHERE sha256 = ? AND substantive = 1"
+            )
+            args = (canonical_url, sha256)
+        return self.conn.execute(sql + " LIMIT 1", args).fetchone() is not None
+
+    def write(self, posts: list[dict[str, Any]], results: list[FeedResult]) -> list[bool]:
+        """Insert posts, then record feed results, in one transaction.
+
+        Each post dict carries its ``source`` slug. A post another crawl stored meanwhile
+        is skipped by the unique indexes. Returns, per post, whether it was inserted; a
+        result's ``new`` grows by the posts of its source inserted here.
+        """
+        placeholders = ", ".join("?" for _ in POST_COLUMNS)
+        insert = (
+            f"INSERT INTO posts ({', '.join(POST_COLUMNS)}) VALUES ({placeholders}) "
+            "ON CONFLICT DO NOTHING"
+        )
+        inserted: list[bool] = []
+        with transaction(self.conn):
+            for post in posts:
+                cursor = self.conn.execute(insert, [post[c] for c in POST_COLUMNS])
+                inserted.append(cursor.rowcount == 1)
+            for result in results:
+                result.new += sum(
+                    1
+                    for post, new in zip(posts, inserted, strict=True)
+                    if new and post["source"] == result.source
+                )
+                self._record_result(result)
+        return inserted
+
+    def _record_result(self, result: FeedResult) -> None:
+        now = utcnow()
+        source_id = self.conn.execute(
+            "SELECT id FROM sources WHERE slug = ?", (result.source,)
+        ).fetchone()
+        self.conn.execute(
+            """INSERT INTO runs (source_id, name, trigger, started_at, finished_at, status,
+                                 fetched, new, error)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                source_id[0] if source_id else None,
+                f"rss:{result.source}",
+                result.trigger,
+                result.started_at,
+                now,
+                result.status,
+                result.fetched,
+                result.new,
+                result.error,
+            ),
+        )
+        if result.status == "ok":
+            self.conn.execute(
+                """INSERT INTO rss_state (slug, etag, modified, last_build_date, last_error,
+                                          error_count, status, updated_at)
+                   VALUES (?, ?, ?, ?, NULL, 0, 'alive', ?)
+                   ON CONFLICT(slug) DO UPDATE SET
+                       etag = excluded.etag, modified = excluded.modified,
+                       last_build_date = excluded.last_build_date, last_error = NULL,
+                       error_count = 0, status = 'alive', updated_at = excluded.updated_at""",
+                (result.source, result.etag, result.modified, result.last_build_date, now),
+            )
+        elif result.status == "error":
+            self.conn.execute(
+                """INSERT INTO rss_state (slug, last_error, error_count, status, updated_at)
+                   VALUES (?, ?, 1, CASE WHEN 1 >= ? THEN 'dead' ELSE 'new' END, ?)
+                   ON CONFLICT(slug) DO UPDATE SET
+                       last_error = excluded.last_error,
+                       error_count = rss_state.error_count + 1,
+                       status = CASE WHEN rss_state.error_count + 1 >= ? THEN 'dead'
+                                     ELSE rss_state.status END,
+                       updated_at = excluded.updated_at""",
+                (result.source, result.error, self.dead_after_errors, now, self.dead_after_errors),
+            )
+        # not_modified: the feed's state is untouched.
