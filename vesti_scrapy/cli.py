@@ -73,6 +73,58 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Serve the sample feeds on 127.0.0.1 and crawl them into a separate demo database."""
+    import sqlite3
+    import subprocess
+
+    import yaml
+
+    from vesti_scrapy.devserver import Site, SiteServer
+
+    out = Path(args.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    site = Site()
+    site.load_dir(args.fixtures)
+    with SiteServer(site, args.port) as server:
+        feeds = sorted(p for p in site.pages if p.endswith((".rss", ".atom", ".json")))
+        entries = [
+            {
+                "slug": f"demo-{Path(feed).stem}",
+                "name": f"Demo feed {Path(feed).name}",
+                "url": server.url("/"),
+                "feed_url": server.url(feed),
+                "crawler": "rss",
+                "direction": "tech",
+                "lang": "en",
+                "priority": "P1",
+                "enabled": True,
+            }
+            for feed in feeds
+        ]
+        sources = out / "sources.yaml"
+        sources.write_text(yaml.safe_dump(entries, sort_keys=False), encoding="utf-8")
+        db = out / "demo.db"
+        env = {**os.environ, "VESTI_DB": str(db), "VESTI_SOURCES": str(sources)}
+        print(f"Serving {args.fixtures} on {server.base_url}; crawling into {db}", flush=True)
+        crawl = subprocess.run(
+            [sys.executable, "-m", "scrapy", "crawl", "feeds", "-a", "trigger=demo"], env=env
+        )
+    if crawl.returncode != 0:
+        return crawl.returncode
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(
+            "SELECT content_type, title, canonical_url FROM posts ORDER BY id"
+        ).fetchall()
+    finally:
+        conn.close()
+    print(f"\n{len(rows)} post(s) in {db}:")
+    for content_type, title, url in rows:
+        print(f"  [{content_type:<7}] {title}  <{url}>")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vesti", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -89,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("inputs", nargs="+", metavar="FILE_OR_URL")
     extract.add_argument("--out", metavar="DIR", help="write <name>.txt per input into DIR")
     extract.set_defaults(func=cmd_extract)
+
+    demo = commands.add_parser("demo", help="crawl the sample feeds from a local server")
+    demo.add_argument("--fixtures", default="tests/fixtures/site", help="files to serve")
+    demo.add_argument("--dir", default="demo-data", help="where the demo database goes")
+    # A fixed port keeps the feed URLs stable, so a second demo run gets 304s.
+    demo.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1")
+    demo.set_defaults(func=cmd_demo)
     return parser
 
 

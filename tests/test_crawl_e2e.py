@@ -1,0 +1,110 @@
+"""The feeds spider end to end: a real `scrapy crawl` against a feed server on 127.0.0.1."""
+
+from __future__ import annotations
+
+from conftest import FIXTURES, Project, source_entry
+
+from vesti_scrapy.devserver import Site, SiteServer
+
+
+def serve_fixtures(site: Site, server: SiteServer, project: Project) -> None:
+    site.load_dir(FIXTURES / "site")
+    project.write_sources(
+        [
+            source_entry("linux-sample", server.url("/linux.rss"), direction="linux"),
+            source_entry("tech-sample", server.url("/tech.atom"), direction="tech", priority="P0"),
+        ]
+    )
+
+
+def posts(project: Project) -> dict[str, tuple[str, str, str]]:
+    rows = project.query(
+        "SELECT p.canonical_url, s.slug, p.content_type, p.text FROM posts p "
+        "JOIN sources s ON s.id = p.source_id"
+    )
+    return {url: (slug, content_type, text) for url, slug, content_type, text in rows}
+
+
+def test_first_crawl_stores_every_entry_once(site, project):
+    site_, server = site
+    serve_fixtures(site_, server, project)
+    result = project.crawl()
+
+    stored = posts(project)
+    base = server.base_url
+    assert set(stored) == {
+        f"{base}/articles/btrfs-scrub.html",  # relative link, resolved against the feed
+        f"{base}/articles/linux-6-19-rc1.html",  # in both feeds, under two utm-tagged URLs
+        f"{base}/articles/debian-i386.html",  # article page is a 404
+        f"{base}/articles/riscv-laptop.html",
+    }
+    # Full content from the feed, kept as is.
+    slug, kind, text = stored[f"{base}/articles/btrfs-scrub.html"]
+    assert (slug, kind) == ("linux-sample", "text")
+    assert "1.1 GB/s to 1.9 GB/s" in text
+    # Summary-only entry followed to its article page, fetched once for both feeds.
+    slug, kind, text = stored[f"{base}/articles/linux-6-19-rc1.html"]
+    assert kind == "article"
+    assert "13,000 non-merge changesets" in text
+    assert "Most read" not in text and "All rights reserved" not in text
+    assert site_.hits("/articles/linux-6-19-rc1.html") == {200: 1}
+    # The article failed: the entry is stored with its summary, HTML removed.
+    _, kind, text = stored[f"{base}/articles/debian-i386.html"]
+    assert (kind, text) == (
+        "text",
+        "A thread on debian-devel asks whether the i386 installer is still worth building.",
+    )
+    assert project.query("SELECT slug, status, error_count FROM rss_state ORDER BY slug") == [
+        ("linux-sample", "alive", 0),
+        ("tech-sample", "alive", 0),
+    ]
+    etag, modified, build = project.query(
+        "SELECT etag, modified, last_build_date FROM rss_state WHERE slug = 'linux-sample'"
+    )[0]
+    assert etag.startswith('"') and modified.endswith("GMT")
+    assert build == "2026-11-30T08:00:00Z"
+    runs = project.query("SELECT name, status, fetched FROM runs ORDER BY name")
+    assert runs == [("rss:linux-sample", "ok", 3), ("rss:tech-sample", "ok", 2)]
+    # The shared article counts for whichever feed asked for it first.
+    assert project.query("SELECT sum(new) FROM runs") == [(4,)]
+    assert "Crawl summary" in result.stderr
+
+
+def test_second_crawl_is_conditional_and_third_stores_only_new_entries(site, project):
+    site_, server = site
+    serve_fixtures(site_, server, project)
+    project.crawl()
+    before = posts(project)
+
+    project.crawl()
+    sent = site_.requests_for("/linux.rss")[-1]
+    assert sent.status == 304
+    assert sent.headers["If-None-Match"] == site_.pages["/linux.rss"].etag
+    assert "If-Modified-Since" in sent.headers
+    assert posts(project) == before
+    assert site_.hits("/articles/linux-6-19-rc1.html") == {200: 1}
+    second_runs = project.query("SELECT status, new FROM runs WHERE id > 2 ORDER BY name")
+    assert second_runs == [("not_modified", 0), ("not_modified", 0)]
+
+    feed = (FIXTURES / "site" / "linux.rss").read_text()
+    new_item = """<item>
+      <title>Kernel gains a new syscall</title>
+      <link>{{BASE}}/articles/new-syscall.html</link>
+      <description>A new syscall for listing mounts has been merged.</description>
+      <content:encoded><![CDATA[<p>The listmount() and statmount() system calls
+      give programs a stable way to enumerate mounts without parsing
+      /proc/self/mountinfo.</p>]]></content:encoded>
+    </item>
+    """
+    site_.put("/linux.rss", feed.replace("<item>", new_item + "<item>", 1))
+    project.crawl()
+    after = posts(project)
+    assert set(after) - set(before) == {f"{server.base_url}/articles/new-syscall.html"}
+    assert project.query(
+        "SELECT status, fetched FROM runs WHERE name = 'rss:linux-sample' ORDER BY id"
+    ) == [("ok", 3), ("not_modified", 0), ("ok", 4)]
+    assert project.query("SELECT new FROM runs WHERE name = 'rss:linux-sample' ORDER BY id")[
+        -1
+    ] == (1,)
+    # Entries already fetched are not fetched again.
+    assert site_.hits("/articles/linux-6-19-rc1.html") == {200: 1}
