@@ -93,6 +93,7 @@ class FeedsSpider(scrapy.Spider):
         self.to_crawl: list[Source] = []
         self._feeds: dict[str, _FeedProgress] = {}
         self._articles_requested: set[str] = set()
+        self.skipped_dead: list[str] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> FeedsSpider:
@@ -122,15 +123,15 @@ class FeedsSpider(scrapy.Spider):
             if not self.arguments.matches(source):
                 continue
             if statuses.get(source.slug) == "dead" and source.slug not in self.arguments.sources:
-                logger.info(
-                    "Skipping dead source %s (name it with -a source= to try it)", source.slug
-                )
-                self.crawler.stats.inc_value("feeds/skipped_dead")
+                self.skipped_dead.append(source.slug)
                 continue
             selected.append(source)
         return selected
 
     async def start(self) -> AsyncIterator[Request]:
+        for slug in self.skipped_dead:
+            logger.info("Skipping dead source %s (name it with -a source= to try it)", slug)
+        self.crawler.stats.set_value("feeds/skipped_dead", len(self.skipped_dead))
         logger.info("Crawling %d feed(s)", len(self.to_crawl))
         for source in self.to_crawl:
             yield Request(

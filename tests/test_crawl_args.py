@@ -1,0 +1,98 @@
+"""Spider arguments narrow the crawl; bad values stop it before any request."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FIXTURES, Project, source_entry
+
+from vesti_scrapy.devserver import Site, SiteServer
+
+
+def three_sources(site: Site, server: SiteServer, project: Project) -> None:
+    site.load_dir(FIXTURES / "site")
+    project.write_sources(
+        [
+            source_entry("linux-a", server.url("/linux.rss"), direction="linux", priority="P0"),
+            source_entry("tech-b", server.url("/tech.atom"), direction="tech", priority="P1"),
+            source_entry("off-c", server.url("/linux.rss?off"), direction="games", enabled=False),
+        ]
+    )
+
+
+def crawled_slugs(project: Project) -> list[str]:
+    return [row[0] for row in project.query("SELECT substr(name, 5) FROM runs ORDER BY name")]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((), ["linux-a", "tech-b"]),  # every enabled source
+        (("direction=tech",), ["tech-b"]),
+        (("direction=linux,tech",), ["linux-a", "tech-b"]),
+        (("priority=P0",), ["linux-a"]),
+        (("source=tech-b",), ["tech-b"]),
+        (("source=off-c",), ["off-c"]),  # named, a disabled source is crawled
+        (("source=linux-a,tech-b", "direction=tech"), ["tech-b"]),
+    ],
+)
+def test_arguments_select_sources(site, project, args, expected):
+    three_sources(*site, project)
+    project.crawl(*args)
+    assert crawled_slugs(project) == expected
+
+
+def test_dry_run_prints_posts_and_writes_nothing(site, project):
+    three_sources(*site, project)
+    result = project.crawl("dry_run=1")
+    printed = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert sorted(p["title"] for p in printed) == [
+        "A RISC-V laptop with 32 GB of RAM ships in December",
+        "Btrfs gains faster scrub in the 6.19 merge window",
+        "Debian discusses dropping i386 installer images",
+        "Linux 6.19-rc1 released",
+    ]
+    article = next(p for p in printed if p["title"] == "Linux 6.19-rc1 released")
+    assert article["content_type"] == "article"
+    assert "utm_" not in article["canonical_url"]
+    assert not project.db.exists()
+    assert not (project.db.parent / "deltafetch").exists()
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("direction=linx", "unknown direction linx"),
+        ("priority=P9", "unknown priority P9"),
+        ("source=nope", "unknown source nope"),
+        ("dry_run=maybe", "dry_run='maybe' must be 1 or 0"),
+    ],
+)
+def test_bad_argument_is_a_clear_error_before_any_request(site, project, arg, message):
+    site_, _ = site
+    three_sources(*site, project)
+    result = project.crawl(arg, check=False)
+    assert result.returncode == 2
+    assert f"error: {message}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert site_.log == []
+    assert not project.db.exists()
+
+
+def test_invalid_registry_is_reported_with_file_and_line(site, project):
+    site_, server = site
+    project.write_sources(
+        [
+            source_entry("ok", server.url("/linux.rss")),
+            source_entry("ok", server.url("/tech.atom"), direction="sports"),
+        ]
+    )
+    result = project.crawl(check=False)
+    assert result.returncode == 1
+    assert str(project.sources) in result.stderr
+    assert "line 10: entry 'ok': field 'direction': unknown direction 'sports'" in result.stderr
+    assert "field 'slug': duplicate slug 'ok' (first at line 1)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert site_.log == []
+    assert not project.db.exists()

@@ -1,0 +1,88 @@
+"""Failing sources: errors are counted, a source dies after 5 and is then left alone."""
+
+from __future__ import annotations
+
+from conftest import FIXTURES, source_entry
+
+NO_RETRY = {"RETRY_TIMES": 0}
+
+
+def test_five_errors_make_a_source_dead_and_it_is_no_longer_requested(site, project):
+    site_, server = site
+    site_.put("/broken.rss", b"", status=500)
+    site_.load_dir(FIXTURES / "site")
+    project.write_sources(
+        [
+            source_entry("broken", server.url("/broken.rss")),
+            source_entry("healthy", server.url("/linux.rss")),
+        ]
+    )
+    for attempt in range(1, 6):
+        project.crawl(settings=NO_RETRY)
+        assert project.query(
+            "SELECT error_count, status, last_error FROM rss_state WHERE slug = 'broken'"
+        ) == [
+            (
+                attempt,
+                "dead" if attempt == 5 else "new",
+                f"HTTP 500 from {server.url('/broken.rss')}",
+            )
+        ]
+    assert site_.hits("/broken.rss") == {500: 5}
+    assert project.query("SELECT status, count(*) FROM runs WHERE name = 'rss:broken'") == [
+        ("error", 5)
+    ]
+
+    result = project.crawl(settings=NO_RETRY)
+    assert site_.hits("/broken.rss") == {500: 5}, "a dead source must not be requested"
+    assert "Skipping dead source broken" in result.stderr
+    assert project.query("SELECT status FROM rss_state WHERE slug = 'healthy'") == [("alive",)]
+
+    # Named explicitly, a dead source is tried; a success brings it back.
+    site_.put("/broken.rss", (FIXTURES / "site" / "tech.atom").read_bytes())
+    project.crawl("source=broken", settings=NO_RETRY)
+    assert project.query(
+        "SELECT error_count, status, last_error FROM rss_state WHERE slug = 'broken'"
+    ) == [(0, "alive", None)]
+
+
+def test_unreadable_and_oversized_feeds_are_errors_for_their_source_only(site, project):
+    site_, server = site
+    site_.load_dir(FIXTURES / "site")
+    site_.put("/garbage.rss", b"<html><body>This is not a feed at all</body></html>", "text/html")
+    big_item = "<item><title>x</title><description>" + "y" * 1000 + "</description></item>"
+    site_.put("/huge.rss", "<rss version='2.0'><channel>" + big_item * 300 + "</channel></rss>")
+    project.write_sources(
+        [
+            source_entry("garbage", server.url("/garbage.rss")),
+            source_entry("huge", server.url("/huge.rss")),
+            source_entry("good", server.url("/linux.rss")),
+        ]
+    )
+    project.crawl(settings={**NO_RETRY, "DOWNLOAD_MAXSIZE": 100_000, "DOWNLOAD_WARNSIZE": 0})
+    state = dict(project.query("SELECT slug, last_error FROM rss_state WHERE error_count = 1"))
+    assert set(state) == {"garbage", "huge"}
+    assert "not a readable feed" in state["garbage"]
+    assert "100000" in state["huge"] or "size" in state["huge"].lower()
+    # The healthy feed in the same crawl is unaffected.
+    assert project.query(
+        "SELECT count(*) FROM posts p JOIN sources s ON s.id = p.source_id WHERE s.slug = 'good'"
+    ) == [(3,)]
+
+
+def test_network_down_is_said_plainly_and_recorded(project):
+    # Nothing listens on port 9 of 127.0.0.1: every connection is refused at once.
+    project.write_sources(
+        [
+            source_entry("one", "http://127.0.0.1:9/one.rss"),
+            source_entry("two", "http://127.0.0.1:9/two.rss", direction="tech"),
+        ]
+    )
+    result = project.crawl(settings=NO_RETRY)
+    assert result.returncode == 0
+    assert "network looks unreachable" in result.stderr
+    assert project.query("SELECT slug, error_count FROM rss_state ORDER BY slug") == [
+        ("one", 1),
+        ("two", 1),
+    ]
+    assert project.query("SELECT count(*) FROM runs WHERE status = 'error'") == [(2,)]
