@@ -63,7 +63,7 @@ def test_two_crawls_at_once_lose_nothing(site, project):
         (2 * PER_FEED,)
     ]
     with dbm.open(str(project.db.parent / "deltafetch" / "feeds.db"), "r") as index:
-        keys = {key.decode() for key in index.keys()}
+        keys = {key.decode() for key in index.keys()}  # noqa: SIM118 (gdbm has no __iter__)
     assert keys == {f"{server.base_url}/{d}/{n}.html" for d in DIRECTIONS for n in range(PER_FEED)}
 
     # Both feeds change; their old entries' article pages are not fetched again.
