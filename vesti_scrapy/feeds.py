@@ -10,6 +10,7 @@ from __future__ import annotations
 import calendar
 import json
 import time
+import xml.sax
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -56,6 +57,16 @@ def _iso(struct: time.struct_time | None) -> str | None:
         return None
 
 
+def _own(detail: dict[str, Any], key: str) -> Any:
+    """``detail[key]`` itself, or None.
+
+    feedparser answers a missing ``updated``/``updated_parsed`` with ``published``, with a
+    DeprecationWarning and a promise to stop doing so; callers ask for ``published`` when
+    they want it.
+    """
+    return dict.get(detail, key)
+
+
 def parse_date(raw: str | None) -> str | None:
     """A free-form date string to ISO 8601 UTC, or None when it is not a date."""
     if not raw or not isinstance(raw, str):
@@ -87,9 +98,9 @@ def _entry_from_feedparser(raw: dict[str, Any]) -> Entry:
         text, summary_only = _detail_text(detail), True
     published = (
         _iso(raw.get("published_parsed"))
-        or _iso(raw.get("updated_parsed"))
+        or _iso(_own(raw, "updated_parsed"))
         or parse_date(raw.get("published"))
-        or parse_date(raw.get("updated"))
+        or parse_date(_own(raw, "updated"))
     )
     title_detail = raw.get("title_detail")
     title = _detail_text(title_detail) if title_detail else (raw.get("title") or "")
@@ -163,17 +174,27 @@ def parse_feed(body: bytes, url: str, content_type: str = "") -> ParsedFeed:
         headers["content-type"] = content_type
     parsed = feedparser.parse(body, response_headers=headers)
     problem = None
+    exc = parsed.get("bozo_exception") if parsed.get("bozo") else None
     if parsed.get("bozo"):
-        exc = parsed.get("bozo_exception")
         problem = f"{type(exc).__name__}: {exc}" if exc else "malformed feed"
     entries = [_entry_from_feedparser(raw) for raw in parsed.entries]
-    if not entries and problem and not parsed.get("version"):
-        raise FeedError(f"not a readable feed ({problem})")
+    # No entries and no RSS/Atom/RDF root: not a feed, whether or not the XML was well
+    # formed (a well-formed document served as application/xml sets no problem).
+    if not entries and not parsed.get("version"):
+        raise FeedError(f"not a readable feed ({problem or 'no RSS, Atom or RDF root element'})")
+    # A feed cut off or broken before its first entry is an error, not an empty feed; a
+    # charset or Content-Type remark alone is not (a valid empty feed can carry one).
+    if not entries and isinstance(exc, xml.sax.SAXException):
+        raise FeedError(f"malformed feed with no readable entry ({problem})")
     feed_info = parsed.get("feed", {})
     ttl = feed_info.get("ttl")
     return ParsedFeed(
         entries=entries,
-        last_build_date=_iso(feed_info.get("updated_parsed")) or feed_info.get("updated"),
+        # lastBuildDate (Atom: updated), else the channel's pubDate.
+        last_build_date=_iso(_own(feed_info, "updated_parsed"))
+        or _iso(feed_info.get("published_parsed"))
+        or _own(feed_info, "updated")
+        or feed_info.get("published"),
         problem=problem,
         ttl=int(ttl) if isinstance(ttl, str) and ttl.strip().isdigit() else None,
     )

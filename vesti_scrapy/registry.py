@@ -78,7 +78,9 @@ def _validate_entry(raw: Any, where: str) -> tuple[Source | None, list[str]]:
         problems.append(f"{where}: field '{field}': {message}")
 
     slug = raw.get("slug")
-    if not isinstance(slug, str) or not SLUG_RE.match(slug):
+    if slug is None:
+        field_problem("slug", "required")
+    elif not isinstance(slug, str) or not SLUG_RE.match(slug):
         field_problem("slug", f"{slug!r} must match [a-z0-9_-]+")
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():

@@ -35,6 +35,15 @@ def _table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
+def _slug_is_unique(conn: sqlite3.Connection) -> bool:
+    for index in conn.execute("PRAGMA index_list(sources)").fetchall():
+        if index[2] and not index[4]:  # unique, not partial
+            columns = [row[2] for row in conn.execute(f"PRAGMA index_info({index[1]!r})")]
+            if columns == ["slug"]:
+                return True
+    return False
+
+
 def _migrate_1_initial(conn: sqlite3.Connection) -> None:
     """Create the schema, or bring the replaced crawler's database (version 0) up to it.
 
@@ -57,6 +66,10 @@ def _migrate_1_initial(conn: sqlite3.Connection) -> None:
     )
     if "feed_url" not in _table_columns(conn, "sources"):
         conn.execute("ALTER TABLE sources ADD COLUMN feed_url TEXT")
+    if not _slug_is_unique(conn):
+        # The registry sync upserts ON CONFLICT(slug): an old table without the constraint
+        # gets it as an index.
+        conn.execute("CREATE UNIQUE INDEX sources_slug ON sources(slug)")
     conn.execute(
         """CREATE TABLE IF NOT EXISTS posts (
             id            INTEGER PRIMARY KEY,
@@ -136,7 +149,7 @@ def _user_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def _migrate(conn: sqlite3.Connection, path: str) -> None:
+def _check_version(conn: sqlite3.Connection, path: str) -> int:
     version = _user_version(conn)
     if version > SCHEMA_VERSION:
         raise StorageError(
@@ -144,6 +157,11 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
             f"vesti_scrapy knows ({SCHEMA_VERSION}); upgrade vesti_scrapy, the file was "
             "left untouched"
         )
+    return version
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    version = _check_version(conn, path)
     while version < SCHEMA_VERSION:
         with transaction(conn):
             # Re-read under the write lock: another process may have migrated meanwhile.
@@ -162,14 +180,22 @@ def connect(path: str | Path) -> sqlite3.Connection:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    except sqlite3.DatabaseError as exc:
+        raise StorageError(f"{path}: cannot open the database: {exc}") from exc
+    try:
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # Before journal_mode = WAL, which rewrites the header of a file we must not touch.
+        _check_version(conn, path)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         _migrate(conn, path)
-    except sqlite3.DatabaseError as exc:
-        raise StorageError(f"{path}: cannot open the database: {exc}") from exc
+    except BaseException as exc:
+        conn.close()
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise StorageError(f"{path}: cannot open the database: {exc}") from exc
+        raise
     return conn
 
 

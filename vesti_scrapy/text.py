@@ -7,7 +7,9 @@ The spider's article callback and `python -m vesti_scrapy extract` both call
 from __future__ import annotations
 
 import hashlib
+import html as htmllib
 import re
+from typing import Any
 
 import lxml.html
 import trafilatura
@@ -21,6 +23,8 @@ BLOCK_TAGS = (
 )  # fmt: skip
 INVISIBLE_TAGS = ("script", "style", "noscript", "template", "head", "title")
 _SPACES = re.compile(r"[^\S\n]+")
+_ANY_SPACES = re.compile(r"\s+")
+_TAG = re.compile(r"<[A-Za-z!/?]")
 _BLANK_LINES = re.compile(r"\n\s*\n+")
 
 
@@ -31,16 +35,35 @@ def normalize_whitespace(text: str) -> str:
     return _BLANK_LINES.sub("\n\n", text).strip()
 
 
+def _collapse(text: str | None) -> str | None:
+    return _ANY_SPACES.sub(" ", text) if text else text
+
+
+def _in_pre(element: Any) -> bool:
+    while element is not None:
+        if element.tag == "pre":
+            return True
+        element = element.getparent()
+    return False
+
+
 def html_to_text(html: str) -> str:
     """Plain text of an HTML fragment (a feed entry's content or summary)."""
-    if "<" not in html and "&" not in html:
-        return normalize_whitespace(html)
+    if not _TAG.search(html):
+        # No markup at all: plain text, whose line breaks mean something.
+        return normalize_whitespace(htmllib.unescape(html))
     try:
         root = lxml.html.fragment_fromstring(html, create_parent="div")
     except (etree.ParserError, ValueError):
         return normalize_whitespace(html)
     for element in list(root.iter(*INVISIBLE_TAGS)):
         element.drop_tree()
+    # Line breaks in the HTML source are only spaces; lines come from block elements.
+    for element in root.iter():
+        if not _in_pre(element):
+            element.text = _collapse(element.text)
+        if not _in_pre(element.getparent()):
+            element.tail = _collapse(element.tail)
     for element in root.iter(*BLOCK_TAGS):
         element.tail = "\n" + (element.tail or "")
         if element.tag not in ("br", "li", "tr", "dd", "dt"):
