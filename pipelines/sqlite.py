@@ -5,6 +5,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.utils.defer import deferred_from_coro
 
 from vesti_scrapy.items import FeedResult, PostItem
 from vesti_scrapy.storage import StorageError, Store
@@ -13,7 +14,6 @@ if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.crawler import Crawler
-    from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
@@ -26,13 +26,15 @@ class SQLiteWriterPipeline:
     ahead of its posts.
     """
 
-    def __init__(
-        self, db_path: str, batch_size: int, dead_after: int, stats: StatsCollector
-    ) -> None:
+    def __init__(self, crawler: Crawler, db_path: str, batch_size: int, dead_after: int) -> None:
+        self.crawler = crawler
         self.db_path = db_path
         self.batch_size = batch_size
         self.dead_after = dead_after
-        self.stats = stats
+        self.stats = crawler.stats
+        # Set when a write failed: nothing more is written in this crawl, so that no
+        # feed's validators get stored after posts that were lost with the failed batch.
+        self.failure: StorageError | None = None
         self.store: Store | None = None
         self.source_ids: dict[str, int] = {}
         self.buffer: list[dict[str, Any]] = []
@@ -45,10 +47,10 @@ class SQLiteWriterPipeline:
         if settings.getbool("VESTI_DRY_RUN"):
             raise NotConfigured
         return cls(
+            crawler,
             settings["VESTI_DB"],
             settings.getint("VESTI_WRITE_BATCH"),
             settings.getint("VESTI_DEAD_AFTER_ERRORS"),
-            crawler.stats,
         )
 
     def open_spider(self) -> None:
@@ -59,11 +61,31 @@ class SQLiteWriterPipeline:
         if self.store is None:
             return
         try:
-            self._flush([])
+            if self.failure is None:
+                self._flush([])
+        except StorageError as exc:
+            self._fail(exc)
         finally:
             self.store.close()
 
     def process_item(self, item: object) -> object:
+        if self.failure is not None:
+            raise DropItem("Not stored: the database failed earlier in this crawl")
+        try:
+            return self._store(item)
+        except StorageError as exc:
+            self._fail(exc)
+            raise DropItem(f"Not stored: {exc}") from exc
+
+    def _fail(self, exc: StorageError) -> None:
+        """Stop the crawl: the command reports the error and exits non-zero."""
+        logger.error("Storage failed, stopping the crawl: %s", exc)
+        self.failure = exc
+        self.stats.set_value("vesti/storage_error", str(exc))
+        if self.crawler.engine is not None and self.crawler.crawling:
+            deferred_from_coro(self.crawler.engine.close_spider_async(reason="storage_error"))
+
+    def _store(self, item: object) -> object:
         if isinstance(item, PostItem):
             source_id = self.source_ids.get(item.source)
             if source_id is None:
@@ -82,11 +104,7 @@ class SQLiteWriterPipeline:
         posts, self.buffer = self.buffer, []
         for result in results:
             result.new = self.committed_new.pop(result.source, 0)
-        try:
-            inserted = self.store.write(posts, results)
-        except StorageError:
-            self.stats.inc_value("sqlite/write_error")
-            raise
+        inserted = self.store.write(posts, results)
         new_by_source = Counter(p["source"] for p, new in zip(posts, inserted, strict=True) if new)
         self.stats.inc_value("sqlite/posts_inserted", sum(new_by_source.values()))
         self.stats.inc_value("sqlite/posts_conflict", len(posts) - sum(new_by_source.values()))

@@ -8,7 +8,9 @@ any older file up to date, each step in its own ``BEGIN IMMEDIATE`` transaction.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +51,13 @@ def _migrate_1_initial(conn: sqlite3.Connection) -> None:
 
     That database has a ``sources`` table without ``feed_url``; other tables may be missing.
     """
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS schema_migrations (
+            version    INTEGER PRIMARY KEY,
+            applied_at TEXT NOT NULL,
+            pid        INTEGER
+        )"""
+    )
     conn.execute(
         """CREATE TABLE IF NOT EXISTS sources (
             id        INTEGER PRIMARY KEY,
@@ -140,7 +149,9 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     try:
         yield conn
     except BaseException:
-        conn.execute("ROLLBACK")
+        # SQLite may have rolled back already (disk full): keep the original error.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
 
@@ -170,11 +181,83 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
                 break
             MIGRATIONS[version](conn)
             version += 1
+            conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at, pid) VALUES (?, ?, ?)",
+                (version, utcnow(), os.getpid()),
+            )
             conn.execute(f"PRAGMA user_version = {version}")
 
 
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    # "database is locked", "disk is full", "readonly" are operational, never corruption.
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+class CorruptDatabase(sqlite3.DatabaseError):
+    """``PRAGMA quick_check`` found damage."""
+
+    sqlite_errorcode = sqlite3.SQLITE_CORRUPT
+
+
+def quarantine(path: str, problem: str) -> StorageError:
+    """Move a corrupt database (and its -wal/-shm) aside; return the error to raise."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    target = f"{path}.corrupt-{stamp}"
+    Path(path).rename(target)
+    for suffix in ("-wal", "-shm"):
+        if Path(path + suffix).exists():
+            Path(path + suffix).rename(target + suffix)
+    return StorageError(
+        f"{path} is corrupt ({problem}). It was moved to {target} (with its -wal/-shm "
+        "files, if any); the next start creates a fresh, empty database. To restore: stop "
+        "every crawl, worker and dashboard, then copy your latest backup (python -m "
+        f"vesti_scrapy db backup) to {path}; to salvage what is readable: "
+        f"sqlite3 {target} .recover | sqlite3 {path}"
+    )
+
+
+# Paths whose integrity this process has checked: once per process, not per connection.
+_checked: set[str] = set()
+
+
+def _quick_check(conn: sqlite3.Connection, path: str) -> None:
+    key = os.path.realpath(path)
+    if key in _checked:
+        return
+    problems = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+    if problems != ["ok"]:
+        raise CorruptDatabase("integrity check failed: " + "; ".join(problems))
+    _checked.add(key)
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL (it persists in the file), retrying while another process holds it.
+
+    SQLite answers SQLITE_BUSY at once, without the busy handler, when a journal mode
+    change or a WAL recovery races another connection opening the same new file.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def connect(path: str | Path) -> sqlite3.Connection:
-    """Open (creating or migrating) the database at ``path`` with the project's pragmas."""
+    """Open (creating or migrating) the database at ``path`` with the project's pragmas.
+
+    The first open in a process runs ``PRAGMA quick_check``. A file that is not a
+    database, or is damaged, is moved aside (see :func:`quarantine`) and a
+    :class:`StorageError` says where it went and how to restore. Any other failure (locked,
+    read-only, disk full) is a :class:`StorageError` that leaves the file alone.
+    """
     path = str(path)
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -187,14 +270,19 @@ def connect(path: str | Path) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         # Before journal_mode = WAL, which rewrites the header of a file we must not touch.
         _check_version(conn, path)
-        conn.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+        if path != ":memory:":
+            _quick_check(conn, path)
         _migrate(conn, path)
-    except BaseException as exc:
+    except sqlite3.DatabaseError as exc:
         conn.close()
-        if isinstance(exc, sqlite3.DatabaseError):
-            raise StorageError(f"{path}: cannot open the database: {exc}") from exc
+        if _is_corruption(exc) and path != ":memory:" and Path(path).exists():
+            raise quarantine(path, str(exc)) from exc
+        raise StorageError(f"{path}: cannot open the database: {exc}") from exc
+    except BaseException:
+        conn.close()
         raise
     return conn
 
@@ -236,6 +324,7 @@ class Store:
     def __init__(self, conn: sqlite3.Connection, dead_after_errors: int = 5) -> None:
         self.conn = conn
         self.dead_after_errors = dead_after_errors
+        self.path = conn.execute("PRAGMA database_list").fetchone()["file"] or ":memory:"
 
     @classmethod
     def open(cls, path: str | Path, **kwargs: Any) -> Store:
@@ -244,11 +333,26 @@ class Store:
     def close(self) -> None:
         self.conn.close()
 
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction whose failure (disk full, read-only file, lock timeout)
+        is a StorageError; the transaction is rolled back, earlier commits are intact."""
+        try:
+            with transaction(self.conn):
+                yield self.conn
+        except sqlite3.IntegrityError:
+            raise  # a bug in what we write, not a fault of the disk
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(
+                f"{self.path}: cannot write ({exc}); the transaction was rolled back and "
+                "everything stored before it is intact"
+            ) from exc
+
     # --- sources ---------------------------------------------------------------------
     def sync_sources(self, sources: Iterable[Source]) -> None:
         """Upsert the registry by slug; sources no longer listed are disabled, not deleted."""
         sources = list(sources)
-        with transaction(self.conn):
+        with self._writing():
             self.conn.executemany(
                 """INSERT INTO sources
                        (slug, name, url, feed_url, channel, crawler, direction, lang,
@@ -341,7 +445,7 @@ class Store:
             "ON CONFLICT DO NOTHING"
         )
         inserted: list[bool] = []
-        with transaction(self.conn):
+        with self._writing():
             for post in posts:
                 cursor = self.conn.execute(insert, [post[c] for c in POST_COLUMNS])
                 inserted.append(cursor.rowcount == 1)

@@ -18,6 +18,8 @@ from vesti_scrapy.storage import StorageError
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy.crawler import Crawler
+
 logger = logging.getLogger(__name__)
 CLEAN_ERRORS = (ArgumentError, RegistryError, StorageError)
 
@@ -27,10 +29,15 @@ class Command(ScrapyCrawlCommand):
         if len(args) != 1:
             raise UsageError("give exactly one spider name")
         assert self.crawler_process
-        task = self.crawler_process.crawl(self._create_crawler(args[0]), **opts.spargs)
+        crawler = self._create_crawler(args[0])
+        task = self.crawler_process.crawl(crawler, **opts.spargs)
         task.add_done_callback(self._report)
         self.crawler_process.start()
         if self.crawler_process.bootstrap_failed and not self.exitcode:
+            self.exitcode = 1
+        # Set by the SQLite writer when it had to stop the crawl.
+        if storage_error := _storage_error(crawler):
+            print(f"error: {storage_error}", file=sys.stderr)
             self.exitcode = 1
 
     def _report(self, task: asyncio.Task[None]) -> None:
@@ -45,3 +52,11 @@ class Command(ScrapyCrawlCommand):
         else:
             logger.error("The crawl failed to start", exc_info=exc)
             self.exitcode = 1
+
+
+def _storage_error(crawler: Crawler) -> str | None:
+    try:
+        stats = crawler.stats
+    except RuntimeError:  # the crawl never started
+        return None
+    return stats.get_value("vesti/storage_error")
