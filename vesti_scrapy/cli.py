@@ -11,6 +11,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from vesti_scrapy import storage
 from vesti_scrapy.registry import RegistryError, load_sources
 from vesti_scrapy.text import extract_article
 
@@ -125,6 +126,45 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _db_path(cli_value: str | None) -> str:
+    from vesti_scrapy import settings
+
+    return cli_value or settings.VESTI_DB
+
+
+def cmd_db_check(args: argparse.Namespace) -> int:
+    report = storage.check_database(_db_path(args.db))
+    print(f"database:        {report.path}")
+    print(f"schema version:  {report.schema_version} (this code: {storage.SCHEMA_VERSION})")
+    print(f"integrity:       {'; '.join(report.integrity)}")
+    print(f"foreign keys:    {'; '.join(report.foreign_key_problems) or 'ok'}")
+    print("rows:")
+    for table, count in report.row_counts.items():
+        print(f"  {table:<20} {count:>10}")
+    return 0 if report.ok else 1
+
+
+def cmd_db_backup(args: argparse.Namespace) -> int:
+    size = storage.backup_database(_db_path(args.db), args.path)
+    print(f"backup written to {args.path} ({size} bytes)")
+    print("to restore: stop every crawl, worker and dashboard, then copy it over the database")
+    return 0
+
+
+def cmd_db_stats(args: argparse.Namespace) -> int:
+    stats = storage.database_stats(_db_path(args.db), days=args.days)
+    print(f"database: {stats.path} ({stats.size_bytes / 1_048_576:.1f} MiB with its WAL)")
+    for title, rows in (
+        ("posts per source", stats.posts_by_source),
+        ("posts per direction", stats.posts_by_direction),
+        (f"posts per day (last {args.days} days with posts)", stats.posts_by_day),
+    ):
+        print(f"{title}:")
+        for name, count in rows:
+            print(f"  {name:<24} {count:>8}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vesti", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -142,6 +182,19 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--out", metavar="DIR", help="write <name>.txt per input into DIR")
     extract.set_defaults(func=cmd_extract)
 
+    db = commands.add_parser("db", help="database operations")
+    db.add_argument("--db", help="database file (default: $VESTI_DB or data/vesti.db)")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    db_commands.add_parser(
+        "check", help="integrity and foreign keys, schema version, rows per table"
+    ).set_defaults(func=cmd_db_check)
+    backup = db_commands.add_parser("backup", help="consistent online copy (backup API)")
+    backup.add_argument("path", help="the new file to write")
+    backup.set_defaults(func=cmd_db_backup)
+    stats = db_commands.add_parser("stats", help="size, posts per source, direction and day")
+    stats.add_argument("--days", type=int, default=14)
+    stats.set_defaults(func=cmd_db_stats)
+
     demo = commands.add_parser("demo", help="crawl the sample feeds from a local server")
     demo.add_argument("--fixtures", default="tests/fixtures/site", help="files to serve")
     demo.add_argument("--dir", default="demo-data", help="where the demo database goes")
@@ -153,4 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except (storage.StorageError, RegistryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

@@ -503,3 +503,114 @@ class Store:
                 (result.source, result.error, self.dead_after_errors, now, self.dead_after_errors),
             )
         # not_modified: the feed's state is untouched.
+
+
+# --- operations (python -m vesti_scrapy db ...) ---------------------------------------
+
+
+@dataclass
+class CheckReport:
+    path: str
+    schema_version: int
+    integrity: list[str]
+    foreign_key_problems: list[str]
+    row_counts: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        return self.integrity == ["ok"] and not self.foreign_key_problems
+
+
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        )
+    ]
+
+
+def check_database(path: str | Path) -> CheckReport:
+    """Full integrity and foreign-key check, schema version and row counts."""
+    conn = connect(path)
+    try:
+        integrity = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+        foreign_keys = [
+            f"{row[0]} row {row[1]} refers to a missing {row[2]} row"
+            for row in conn.execute("PRAGMA foreign_key_check")
+        ]
+        counts = {
+            table: conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+            for table in _tables(conn)
+        }
+        return CheckReport(str(path), _user_version(conn), integrity, foreign_keys, counts)
+    finally:
+        conn.close()
+
+
+def backup_database(path: str | Path, destination: str | Path) -> int:
+    """A consistent online copy through SQLite's backup API; returns its size in bytes.
+
+    The copy is taken in one step from one read snapshot: writers (WAL) go on meanwhile
+    and the copy is what was committed when it started.
+    """
+    destination = Path(destination)
+    if destination.exists():
+        raise StorageError(f"{destination}: already exists; choose a new file for the backup")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    source = connect(path)
+    partial = destination.with_name(destination.name + ".partial")
+    try:
+        target = sqlite3.connect(partial)
+        try:
+            source.backup(target)
+        finally:
+            target.close()
+        partial.rename(destination)
+    except sqlite3.DatabaseError as exc:
+        raise StorageError(f"{path}: backup to {destination} failed: {exc}") from exc
+    finally:
+        source.close()
+        partial.unlink(missing_ok=True)
+    return destination.stat().st_size
+
+
+@dataclass
+class DatabaseStats:
+    path: str
+    size_bytes: int
+    posts_by_source: list[tuple[str, int]]
+    posts_by_direction: list[tuple[str, int]]
+    posts_by_day: list[tuple[str, int]]
+
+
+def database_stats(path: str | Path, days: int = 14) -> DatabaseStats:
+    conn = connect(path)
+    try:
+        size = sum(
+            Path(str(path) + suffix).stat().st_size
+            for suffix in ("", "-wal")
+            if Path(str(path) + suffix).exists()
+        )
+        by_source = conn.execute(
+            "SELECT s.slug, count(p.id) FROM sources s LEFT JOIN posts p ON p.source_id = s.id "
+            "GROUP BY s.id ORDER BY count(p.id) DESC, s.slug"
+        ).fetchall()
+        by_direction = conn.execute(
+            "SELECT COALESCE(direction, '?'), count(*) FROM posts GROUP BY 1 ORDER BY 2 DESC"
+        ).fetchall()
+        by_day = conn.execute(
+            "SELECT substr(fetched_at, 1, 10) AS day, count(*) FROM posts "
+            "GROUP BY day ORDER BY day DESC LIMIT ?",
+            (days,),
+        ).fetchall()
+        return DatabaseStats(
+            str(path),
+            size,
+            [tuple(r) for r in by_source],
+            [tuple(r) for r in by_direction],
+            [tuple(r) for r in by_day],
+        )
+    finally:
+        conn.close()
