@@ -231,6 +231,16 @@ def _quick_check(conn: sqlite3.Connection, path: str) -> None:
     _checked.add(key)
 
 
+def _why_unwritable(path: str) -> str:
+    """A hint when the file or its folder cannot be written (WAL needs both)."""
+    if path == ":memory:":
+        return ""
+    for place in (Path(path), Path(path).parent):
+        if place.exists() and not os.access(place, os.W_OK):
+            return f" ({place} is not writable: read-only file system or permissions?)"
+    return ""
+
+
 def _enable_wal(conn: sqlite3.Connection) -> None:
     """Switch to WAL (it persists in the file), retrying while another process holds it.
 
@@ -277,10 +287,15 @@ def connect(path: str | Path) -> sqlite3.Connection:
             _quick_check(conn, path)
         _migrate(conn, path)
     except sqlite3.DatabaseError as exc:
-        conn.close()
         if _is_corruption(exc) and path != ":memory:" and Path(path).exists():
-            raise quarantine(path, str(exc)) from exc
-        raise StorageError(f"{path}: cannot open the database: {exc}") from exc
+            # Moved before closing: closing would delete a -wal it cannot read.
+            error = quarantine(path, str(exc))
+            conn.close()
+            raise error from exc
+        conn.close()
+        raise StorageError(
+            f"{path}: cannot open the database: {exc}{_why_unwritable(path)}"
+        ) from exc
     except BaseException:
         conn.close()
         raise
