@@ -21,9 +21,10 @@ logger = logging.getLogger(__name__)
 class SQLiteWriterPipeline:
     """Writes posts, per-feed state and runs, in short batched transactions.
 
-    A feed's :class:`FeedResult` arrives after its last post; it is written in the same
-    transaction as the posts still buffered, so the feed's validators are never stored
-    ahead of its posts.
+    A feed's :class:`FeedResult` arrives after its last post and is buffered behind it,
+    so the feed's validators are committed in the same transaction as that post or a
+    later one, never ahead of it. A crawl killed with a batch in memory loses those
+    validators too, and the next crawl fetches those feeds again.
     """
 
     def __init__(self, crawler: Crawler, db_path: str, batch_size: int, dead_after: int) -> None:
@@ -38,6 +39,7 @@ class SQLiteWriterPipeline:
         self.store: Store | None = None
         self.source_ids: dict[str, int] = {}
         self.buffer: list[dict[str, Any]] = []
+        self.results: list[FeedResult] = []
         # Posts of a feed committed in earlier batches, not yet counted in its result.
         self.committed_new: Counter[str] = Counter()
 
@@ -62,7 +64,7 @@ class SQLiteWriterPipeline:
             return
         try:
             if self.failure is None:
-                self._flush([])
+                self._flush()
         except StorageError as exc:
             self._fail(exc)
         finally:
@@ -91,17 +93,19 @@ class SQLiteWriterPipeline:
             if source_id is None:
                 raise DropItem(f"Post from unknown source {item.source!r}: {item.url}")
             self.buffer.append(_post_row(item, source_id))
-            if len(self.buffer) >= self.batch_size:
-                self._flush([])
         elif isinstance(item, FeedResult):
-            self._flush([item])
+            # Buffered behind its feed's posts: committed with or after the last of them.
+            self.results.append(item)
+        if len(self.buffer) + len(self.results) >= self.batch_size:
+            self._flush()
         return item
 
-    def _flush(self, results: list[FeedResult]) -> None:
-        if not self.buffer and not results:
+    def _flush(self) -> None:
+        if not self.buffer and not self.results:
             return
         assert self.store is not None
         posts, self.buffer = self.buffer, []
+        results, self.results = self.results, []
         for result in results:
             result.new = self.committed_new.pop(result.source, 0)
         inserted = self.store.write(posts, results)

@@ -13,9 +13,9 @@ ETag in front of entries that were not stored.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import scrapy
 from scrapy.exceptions import (
@@ -28,6 +28,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from twisted.internet.error import ConnectError, DNSLookupError, TimeoutError
 
 from vesti_scrapy.arguments import CrawlArguments
+from vesti_scrapy.cpu import CpuPool
 from vesti_scrapy.deltafetch import ArticleDeltaFetch
 from vesti_scrapy.feeds import Entry, FeedError, parse_feed
 from vesti_scrapy.items import FeedResult, PostItem
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Failures that mean the host could not be reached at all (as opposed to a bad answer).
 CONNECTION_ERRORS = (
@@ -156,7 +158,14 @@ class FeedsSpider(scrapy.Spider):
             crawler="rss", direction="tech", lang=None, priority="P1", enabled=True,
         )  # fmt: skip
 
-    def parse_feed(self, response: Response) -> Iterator[PostItem | FeedResult | Request]:
+    async def _cpu(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run CPU-heavy ``fn`` in the worker pool (inline when there is none)."""
+        pool = self.crawler.get_extension(CpuPool)
+        return fn(*args) if pool is None else await pool.run(fn, *args)
+
+    async def parse_feed(
+        self, response: Response
+    ) -> AsyncIterator[PostItem | FeedResult | Request]:
         source = self._source_for(response)
         started_at = response.meta.get("vesti_started_at") or utcnow()
         if response.status == 304:
@@ -164,7 +173,7 @@ class FeedsSpider(scrapy.Spider):
             return
         content_type = response.headers.get(b"Content-Type", b"").decode("latin-1")
         try:
-            feed = parse_feed(response.body, response.url, content_type)
+            feed = await self._cpu(parse_feed, response.body, response.url, content_type)
         except FeedError as exc:
             self.crawler.stats.inc_value("feeds/unreadable")
             yield self._error_result(source.slug, started_at, f"{exc} ({response.url})")
@@ -267,9 +276,9 @@ class FeedsSpider(scrapy.Spider):
             dont_filter=True,
         )
 
-    def parse_article(self, response: Response, post: PostItem) -> Iterator[Any]:
+    async def parse_article(self, response: Response, post: PostItem) -> AsyncIterator[Any]:
         if isinstance(response, TextResponse):
-            text = extract_article(response.text, url=response.url)
+            text = await self._cpu(extract_article, response.text, response.url)
             if len(text) > len(post.text):
                 post.text = text
                 post.content_type = "article"
@@ -278,7 +287,8 @@ class FeedsSpider(scrapy.Spider):
                 self.crawler.stats.inc_value("articles/kept_summary")
         else:
             self.crawler.stats.inc_value("articles/not_text")
-        yield from self._article_done(post)
+        for output in self._article_done(post):
+            yield output
 
     def article_failed(self, failure: Failure) -> Iterator[Any]:
         post: PostItem = failure.request.cb_kwargs["post"]

@@ -30,6 +30,8 @@ VESTI_SUMMARY_MIN_CHARS = 220
 VESTI_SUBSTANTIVE_CHARS = 200
 # Posts are written in transactions of this many rows (and whenever a feed completes).
 VESTI_WRITE_BATCH = 100
+# Worker processes that parse feeds and extract articles (0: in the crawl process).
+VESTI_PROCESS_POOL_WORKERS = int(os.environ.get("VESTI_PROCESS_POOL_WORKERS", os.cpu_count() or 1))
 # Consecutive errors after which a source is marked dead.
 VESTI_DEAD_AFTER_ERRORS = 5
 
@@ -77,6 +79,7 @@ ITEM_PIPELINES = {
 }
 EXTENSIONS = {
     "vesti_scrapy.extensions.CrawlSummary": 500,
+    "vesti_scrapy.cpu.CpuPool": 510,
 }
 
 LOG_LEVEL = os.environ.get("VESTI_LOG_LEVEL", "INFO")

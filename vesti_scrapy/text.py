@@ -12,7 +12,6 @@ import re
 from typing import Any
 
 import lxml.html
-import trafilatura
 from lxml import etree
 
 # Elements after which text continues on a new line.
@@ -77,6 +76,9 @@ def extract_article(html: str | bytes, url: str | None = None) -> str:
     Comments are left out: they are not the article, and skipping them makes extraction
     about 40% faster.
     """
+    # Imported here: the crawl process never extracts when a worker pool does it.
+    import trafilatura
+
     text = trafilatura.extract(
         html, url=url, include_comments=False, include_tables=True, favor_precision=False
     )

@@ -1,0 +1,88 @@
+"""CPU-heavy work (feed parsing, article extraction) in worker processes.
+
+Parsing with feedparser and extracting with trafilatura are nearly all of a crawl's cost.
+Run in callbacks, they keep the reactor's one thread busy while the other core idles;
+here they run in a process pool, so both cores work and the reactor keeps downloading.
+
+Measured here (see PITFALLS): workers must ignore SIGINT (else Ctrl-C hangs the crawl),
+get only plain data and module-level functions, and the number of jobs in flight must be
+bounded, because the pool queues everything it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from scrapy import signals
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Self
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Imported once by the fork server; workers forked from it share those pages.
+PRELOAD = ["vesti_scrapy.feeds", "vesti_scrapy.text", "trafilatura"]
+
+
+def _worker_init() -> None:
+    # Ctrl-C reaches the whole process group; the crawl itself decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class CpuPool:
+    """Extension: ``await pool.run(fn, *args)`` runs ``fn`` in a worker process, or
+    inline when ``VESTI_PROCESS_POOL_WORKERS`` is 0."""
+
+    def __init__(self, workers: int, in_flight_per_worker: int = 2) -> None:
+        self.workers = workers
+        self.max_in_flight = max(1, workers * in_flight_per_worker)
+        self.executor: ProcessPoolExecutor | None = None
+        self._slots: asyncio.Semaphore | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        pool = cls(crawler.settings.getint("VESTI_PROCESS_POOL_WORKERS"))
+        crawler.signals.connect(pool.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(pool.spider_closed, signal=signals.spider_closed)
+        return pool
+
+    def spider_opened(self, spider: Spider) -> None:
+        if self.workers <= 0:
+            return
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        self.executor = ProcessPoolExecutor(
+            self.workers, mp_context=context, initializer=_worker_init
+        )
+        self._slots = asyncio.Semaphore(self.max_in_flight)
+        logger.info("Parsing and extraction run in %d worker process(es)", self.workers)
+
+    def spider_closed(self, spider: Spider) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+            self.executor = None
+
+    async def run(self, fn: Callable[P, R], *args: Any) -> R:
+        if self.executor is None or self._slots is None:
+            return fn(*args)
+        async with self._slots:
+            try:
+                return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+            except BrokenProcessPool:
+                # A worker died (killed, out of memory): finish the crawl inline.
+                logger.error("A worker process died; parsing in the crawl process from now on")
+                self.executor.shutdown(wait=False, cancel_futures=True)
+                self.executor = None
+                return fn(*args)
