@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from scrapy.exceptions import DropItem, NotConfigured
 from scrapy.utils.defer import deferred_from_coro
@@ -40,6 +41,9 @@ class SQLiteWriterPipeline:
         self.source_ids: dict[str, int] = {}
         self.buffer: list[dict[str, Any]] = []
         self.results: list[FeedResult] = []
+        # Feeds that failed to connect, and whether any feed of this crawl answered.
+        self.unreachable: list[FeedResult] = []
+        self.reached_any = False
         # Posts of a feed committed in earlier batches, not yet counted in its result.
         self.committed_new: Counter[str] = Counter()
 
@@ -64,6 +68,7 @@ class SQLiteWriterPipeline:
             return
         try:
             if self.failure is None:
+                self._record_unreachable()
                 self._flush()
         except StorageError as exc:
             self._fail(exc)
@@ -79,6 +84,23 @@ class SQLiteWriterPipeline:
             self._fail(exc)
             raise DropItem(f"Not stored: {exc}") from exc
 
+    def _record_unreachable(self) -> None:
+        """Connection failures count against their feeds, unless every feed of the crawl
+        failed so, on two hosts or more: then our own network was down, and the runs are
+        recorded without touching any feed's error count or schedule.
+
+        A single host failing alone counts: a crawl of one due feed whose host is gone
+        must still move that feed towards dead.
+        """
+        hosts = {urlsplit(result.url).hostname for result in self.unreachable}
+        network_down = bool(self.unreachable) and not self.reached_any and len(hosts) >= 2
+        for result in self.unreachable:
+            result.counted = not network_down
+        if network_down:
+            self.stats.set_value("feeds/network_down", True)
+        self.results.extend(self.unreachable)
+        self.unreachable = []
+
     def _fail(self, exc: StorageError) -> None:
         """Stop the crawl: the command reports the error and exits non-zero."""
         logger.error("Storage failed, stopping the crawl: %s", exc)
@@ -93,9 +115,12 @@ class SQLiteWriterPipeline:
             if source_id is None:
                 raise DropItem(f"Post from unknown source {item.source!r}: {item.url}")
             self.buffer.append(_post_row(item, source_id))
+        elif isinstance(item, FeedResult) and item.error_kind == "connection":
+            self.unreachable.append(item)  # decided at the end: whose fault was it?
         elif isinstance(item, FeedResult):
             # Buffered behind its feed's posts: committed with or after the last of them.
             self.results.append(item)
+            self.reached_any = True
         if len(self.buffer) + len(self.results) >= self.batch_size:
             self._flush()
         return item

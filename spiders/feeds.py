@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import scrapy
@@ -82,17 +84,18 @@ class FeedsSpider(scrapy.Spider):
         source: str | None = None,
         priority: str | None = None,
         dry_run: str | None = None,
+        due: str | None = None,
         trigger: str = "manual",
         **kwargs: Any,
     ) -> None:
         # scrapyd adds _job and _version: accepted through **kwargs.
         super().__init__(**kwargs)
         self.arguments = CrawlArguments.parse(
-            direction=direction, source=source, priority=priority, dry_run=dry_run
+            direction=direction, source=source, priority=priority, dry_run=dry_run, due=due
         )
         self.trigger = trigger
         self.sources_by_slug: dict[str, Source] = {}
-        self.to_crawl: list[Source] = []
+        self.to_crawl: list[tuple[Source, str]] = []
         self._feeds: dict[str, _FeedProgress] = {}
         self._articles_requested: set[str] = set()
         self.skipped_dead: list[str] = []
@@ -110,24 +113,31 @@ class FeedsSpider(scrapy.Spider):
         crawler.signals.connect(spider.spider_closed, signal=scrapy.signals.spider_closed)
         return spider
 
-    def _select(self, registry: list[Source], settings: Any) -> list[Source]:
-        """Sync the registry into the database and pick the sources this crawl polls."""
-        statuses: dict[str, str] = {}
-        if not self.arguments.dry_run:
-            store = Store.open(settings["VESTI_DB"])
-            try:
-                store.sync_sources(registry)
-                statuses = {row.slug: row.feed_status for row in store.sources()}
-            finally:
-                store.close()
+    def _select(self, registry: list[Source], settings: Any) -> list[tuple[Source, str]]:
+        """Sync the registry into the database and pick the feeds this crawl polls, each
+        with the URL to poll (a permanent redirect adopted earlier, else its feed_url)."""
+        if self.arguments.dry_run:  # no database: every matching feed, at its feed_url
+            return [(s, s.feed_url) for s in registry if self.arguments.matches(s) and s.feed_url]
+        store = Store.open(settings["VESTI_DB"])
+        try:
+            store.sync_sources(registry)
+            rows = {row.slug: row for row in store.sources()}
+        finally:
+            store.close()
+        now = utcnow()
         selected = []
         for source in registry:
-            if not self.arguments.matches(source):
+            row = rows[source.slug]
+            if not self.arguments.matches(source) or not row.poll_url:
                 continue
-            if statuses.get(source.slug) == "dead" and source.slug not in self.arguments.sources:
+            if self.arguments.due and row.next_due_at is not None and row.next_due_at > now:
+                continue
+            # Dead feeds are polled once a day by due crawls, and when named.
+            named = source.slug in self.arguments.sources
+            if row.feed_status == "dead" and not (named or self.arguments.due):
                 self.skipped_dead.append(source.slug)
                 continue
-            selected.append(source)
+            selected.append((source, row.poll_url))
         return selected
 
     async def start(self) -> AsyncIterator[Request]:
@@ -135,9 +145,9 @@ class FeedsSpider(scrapy.Spider):
             logger.info("Skipping dead source %s (name it with -a source= to try it)", slug)
         self.crawler.stats.set_value("feeds/skipped_dead", len(self.skipped_dead))
         logger.info("Crawling %d feed(s)", len(self.to_crawl))
-        for source in self.to_crawl:
+        for source, url in self.to_crawl:
             yield Request(
-                source.feed_url,
+                url,
                 callback=self.parse_feed,
                 errback=self.feed_failed,
                 meta={"vesti_feed": source.slug, "vesti_started_at": utcnow()},
@@ -167,30 +177,28 @@ class FeedsSpider(scrapy.Spider):
         self, response: Response
     ) -> AsyncIterator[PostItem | FeedResult | Request]:
         source = self._source_for(response)
-        started_at = response.meta.get("vesti_started_at") or utcnow()
+        result = self._result(source.slug, response.request, "ok")
+        result.permanent_redirect = _permanent_redirect(response)
+        result.max_age = _max_age(response)
         if response.status == 304:
-            yield FeedResult(source.slug, "not_modified", started_at, trigger=self.trigger)
+            result.status = "not_modified"
+            yield result
             return
         content_type = response.headers.get(b"Content-Type", b"").decode("latin-1")
         try:
             feed = await self._cpu(parse_feed, response.body, response.url, content_type)
         except FeedError as exc:
             self.crawler.stats.inc_value("feeds/unreadable")
-            yield self._error_result(source.slug, started_at, f"{exc} ({response.url})")
+            yield self._failed(result, f"{exc} ({response.url})", "parse")
             return
         if feed.problem:
             logger.info("Feed %s is malformed but readable: %s", source.slug, feed.problem)
             self.crawler.stats.inc_value("feeds/malformed")
-        result = FeedResult(
-            source.slug,
-            "ok",
-            started_at,
-            fetched=len(feed.entries),
-            etag=_header(response, b"ETag"),
-            modified=_header(response, b"Last-Modified"),
-            last_build_date=feed.last_build_date,
-            trigger=self.trigger,
-        )
+        result.fetched = len(feed.entries)
+        result.etag = _header(response, b"ETag")
+        result.modified = _header(response, b"Last-Modified")
+        result.last_build_date = feed.last_build_date
+        result.ttl_seconds = feed.ttl * 60 if feed.ttl else None
         progress = _FeedProgress(result)
         self._feeds[source.slug] = progress
         for entry in feed.entries:
@@ -211,13 +219,32 @@ class FeedsSpider(scrapy.Spider):
         slug = request.meta["vesti_feed"]
         reason = describe_failure(failure)
         logger.warning("Feed %s failed: %s", slug, reason)
+        result = self._result(slug, request, "error")
+        kind = "other"
         if failure.check(*CONNECTION_ERRORS):
             self.crawler.stats.inc_value("feeds/connection_error")
-        yield self._error_result(slug, request.meta.get("vesti_started_at") or utcnow(), reason)
+            kind = "connection"
+        elif failure.check(HttpError):
+            response = failure.value.response
+            kind = "gone" if response.status == 410 else "http"
+            if response.status in (429, 503):
+                result.retry_after = _retry_after(response)
+        yield self._failed(result, reason, kind)
 
-    def _error_result(self, slug: str, started_at: str, error: str) -> FeedResult:
+    def _result(self, slug: str, request: Request | None, status: str) -> FeedResult:
+        meta = request.meta if request is not None else {}
+        return FeedResult(
+            slug,
+            status,
+            meta.get("vesti_started_at") or utcnow(),
+            url=(meta.get("redirect_urls") or [request.url if request else ""])[0],
+            trigger=self.trigger,
+        )
+
+    def _failed(self, result: FeedResult, error: str, kind: str) -> FeedResult:
         self.crawler.stats.inc_value("feeds/error")
-        return FeedResult(slug, "error", started_at, error=error, trigger=self.trigger)
+        result.status, result.error, result.error_kind = "error", error, kind
+        return result
 
     def _finish_feed(self, slug: str) -> FeedResult:
         return self._feeds.pop(slug).result
@@ -326,6 +353,37 @@ def _ensure_text(post: PostItem) -> PostItem:
     if not post.text.strip():
         post.text = post.title
     return post
+
+
+def _permanent_redirect(response: Response) -> str | None:
+    """The URL a feed moved to, when every redirect on the way was permanent."""
+    reasons = response.meta.get("redirect_reasons") or []
+    if reasons and all(reason in (301, 308) for reason in reasons):
+        return response.url
+    return None
+
+
+def _max_age(response: Response) -> int | None:
+    cache_control = _header(response, b"Cache-Control") or ""
+    for directive in cache_control.split(","):
+        name, _, value = directive.strip().partition("=")
+        if name.lower() in ("max-age", "s-maxage") and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def _retry_after(response: Response) -> int | None:
+    """Retry-After as seconds from now: delta-seconds or an HTTP date."""
+    value = (_header(response, b"Retry-After") or "").strip()
+    if value.isdigit():
+        return int(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0, int((when - datetime.now(UTC)).total_seconds()))
 
 
 def _header(response: Response, name: bytes) -> str | None:

@@ -70,19 +70,38 @@ def test_unreadable_and_oversized_feeds_are_errors_for_their_source_only(site, p
     ) == [(3,)]
 
 
-def test_network_down_is_said_plainly_and_recorded(project):
-    # Nothing listens on port 9 of 127.0.0.1: every connection is refused at once.
+def test_network_down_is_recorded_but_counts_against_no_source(project):
+    # Nothing listens on port 9 of these loopback addresses: every connection is refused,
+    # on two different hosts, as when our own network is down.
     project.write_sources(
         [
             source_entry("one", "http://127.0.0.1:9/one.rss"),
-            source_entry("two", "http://127.0.0.1:9/two.rss", direction="tech"),
+            source_entry("two", "http://127.0.0.2:9/two.rss", direction="tech"),
         ]
     )
     result = project.crawl(settings=NO_RETRY)
     assert result.returncode == 0
     assert "network looks unreachable" in result.stderr
-    assert project.query("SELECT slug, error_count FROM rss_state ORDER BY slug") == [
-        ("one", 1),
-        ("two", 1),
+    assert project.query("SELECT name, status, counted FROM runs ORDER BY name") == [
+        ("rss:one", "error", 0),
+        ("rss:two", "error", 0),
     ]
-    assert project.query("SELECT count(*) FROM runs WHERE status = 'error'") == [(2,)]
+    assert all("ConnectionRefused" in error for (error,) in project.query("SELECT error FROM runs"))
+    # No error counted, no back-off: both feeds are still due at the next tick.
+    assert project.query("SELECT count(*) FROM rss_state WHERE error_count > 0") == [(0,)]
+
+
+def test_one_unreachable_host_among_working_ones_counts(site, project):
+    site_, server = site
+    site_.load_dir(FIXTURES / "site")
+    project.write_sources(
+        [
+            source_entry("gone", "http://127.0.0.2:9/gone.rss"),
+            source_entry("fine", server.url("/linux.rss")),
+        ]
+    )
+    project.crawl(settings=NO_RETRY)
+    assert project.query("SELECT slug, error_count FROM rss_state ORDER BY slug") == [
+        ("fine", 0),
+        ("gone", 1),
+    ]

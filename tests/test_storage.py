@@ -378,21 +378,19 @@ def test_ok_resets_errors_and_makes_the_feed_alive(store: Store):
     assert store.validators("lwn") == ('"v2"', "Tue, 02 Jan 2024 00:00:00 GMT")
 
 
-def test_not_modified_leaves_state_untouched_but_adds_a_run(store: Store):
+def test_not_modified_keeps_validators_counts_as_success_and_adds_a_run(store: Store):
     store.write([], [result("lwn", "ok", etag='"e1"', modified="M1")])
     store.write([], [result("lwn", "error", error="boom")])
-    before = state(store, "lwn")
+    assert state(store, "lwn")["error_count"] == 1
 
     store.write([], [result("lwn", "not_modified", fetched=0)])
-    assert state(store, "lwn") == before
+    after = state(store, "lwn")
+    # The validators stay; a 304 is a successful poll, so the error streak ends.
     assert store.validators("lwn") == ('"e1"', "M1")
+    assert (after["error_count"], after["last_error"], after["status"]) == (0, None, "alive")
+    assert after["next_due_at"] > after["last_fetch_at"]
     assert runs(store)[-1] == ("rss:lwn", "not_modified", 0, 0, None)
     assert len(runs(store)) == 3
-
-    # A feed never seen before that answers 304 gets no state row, only a run.
-    store.write([], [result("phoronix", "not_modified")])
-    assert state(store, "phoronix") is None
-    assert runs(store)[-1][:2] == ("rss:phoronix", "not_modified")
 
 
 def test_runs_point_at_their_source(store: Store):

@@ -29,6 +29,8 @@ class CrawlArguments:
     sources: frozenset[str] = field(default_factory=frozenset)
     priorities: frozenset[str] = field(default_factory=frozenset)
     dry_run: bool = False
+    # Only feeds whose next poll is due (never fetched, or their interval has passed).
+    due: bool = False
 
     @classmethod
     def parse(
@@ -37,6 +39,7 @@ class CrawlArguments:
         source: str | None = None,
         priority: str | None = None,
         dry_run: str | bool | None = None,
+        due: str | bool | None = None,
     ) -> CrawlArguments:
         problems = []
         directions = _split(direction)
@@ -49,16 +52,17 @@ class CrawlArguments:
             problems.append(
                 f"unknown priority {', '.join(unknown)} (one of {', '.join(PRIORITIES)})"
             )
-        if isinstance(dry_run, bool):
-            dry = dry_run
-        elif (dry_run or "").strip().lower() in TRUE_WORDS | FALSE_WORDS:
-            dry = (dry_run or "").strip().lower() in TRUE_WORDS
-        else:
-            problems.append(f"dry_run={dry_run!r} must be 1 or 0")
-            dry = False
+        flags = {}
+        for name, value in (("dry_run", dry_run), ("due", due)):
+            if isinstance(value, bool):
+                flags[name] = value
+            elif (value or "").strip().lower() in TRUE_WORDS | FALSE_WORDS:
+                flags[name] = (value or "").strip().lower() in TRUE_WORDS
+            else:
+                problems.append(f"{name}={value!r} must be 1 or 0")
         if problems:
             raise ArgumentError("; ".join(problems))
-        return cls(directions, _split(source), priorities, dry)
+        return cls(directions, _split(source), priorities, flags["dry_run"], flags["due"])
 
     def check_against(self, registry: list[Source], path: str | Path) -> None:
         known = {s.slug for s in registry}

@@ -9,9 +9,11 @@ import argparse
 import os
 import sys
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 from vesti_scrapy import storage
+from vesti_scrapy.polling import TIME_FORMAT
 from vesti_scrapy.registry import RegistryError, load_sources
 from vesti_scrapy.text import extract_article
 
@@ -38,6 +40,67 @@ def cmd_sources_check(args: argparse.Namespace) -> int:
         )
     enabled = sum(s.enabled for s in sources)
     print(f"{path}: {len(sources)} source(s), {enabled} enabled, all valid")
+    db = _db_path(args.db)
+    if Path(db).exists():
+        store = storage.Store.open(db)
+        try:
+            moved = {r.slug: r for r in store.sources() if r.effective_feed_url}
+        finally:
+            store.close()
+        for s in sources:
+            if s.slug in moved and moved[s.slug].effective_feed_url != s.feed_url:
+                print(
+                    f"note: {s.slug} has moved permanently to "
+                    f"{moved[s.slug].effective_feed_url}; crawls use that URL. Update "
+                    f"feed_url in {path} (line {s.line}) to make it official."
+                )
+    return 0
+
+
+def _span(seconds: int) -> str:
+    if seconds >= 86400:
+        return f"{seconds // 86400}d"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 60}m"
+
+
+def _relative(moment: str | None, now: datetime) -> str:
+    """'5m ago' / 'in 2h' for an ISO UTC time; '-' when there is none."""
+    if not moment:
+        return "-"
+    when = datetime.strptime(moment, TIME_FORMAT).replace(tzinfo=UTC)
+    seconds = int((when - now).total_seconds())
+    if abs(seconds) < 60:
+        return "now"
+    return f"in {_span(seconds)}" if seconds > 0 else f"{_span(-seconds)} ago"
+
+
+def cmd_sources_status(args: argparse.Namespace) -> int:
+    db = _db_path(args.db)
+    if not Path(db).exists():
+        print(f"error: {db}: no database yet; run a crawl first", file=sys.stderr)
+        return 1
+    store = storage.Store.open(db)
+    try:
+        rows = store.sources()
+    finally:
+        store.close()
+    now = datetime.now(UTC)
+    print(
+        f"{'slug':<22} {'status':<7} {'errors':>6} {'last fetch':<11} {'next due':<10} last error"
+    )
+    for r in rows:
+        if r.crawler != "rss":
+            continue
+        overdue = r.next_due_at is None or r.next_due_at <= now.strftime(TIME_FORMAT)
+        due = "now" if overdue else _relative(r.next_due_at, now)
+        status = r.feed_status if r.enabled else "off"
+        fetched = _relative(r.last_fetch_at, now)
+        error = (r.last_error or "")[:80]
+        print(f"{r.slug:<22} {status:<7} {r.error_count:>6} {fetched:<11} {due:<10} {error}")
+        if r.effective_feed_url:
+            print(f"{'':<22} moved permanently to {r.effective_feed_url}")
     return 0
 
 
@@ -173,7 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     sources_commands = sources.add_subparsers(dest="sources_command", required=True)
     check = sources_commands.add_parser("check", help="validate and print sources.yaml")
     check.add_argument("--sources", help="registry file (default: $VESTI_SOURCES or sources.yaml)")
+    check.add_argument("--db", help="database, for feeds that moved (default: $VESTI_DB)")
     check.set_defaults(func=cmd_sources_check)
+    status = sources_commands.add_parser(
+        "status", help="per source: status, errors, last error, last fetch, next due"
+    )
+    status.add_argument("--db", help="database file (default: $VESTI_DB or data/vesti.db)")
+    status.set_defaults(func=cmd_sources_status)
 
     extract = commands.add_parser(
         "extract", help="print the article text the crawler would store for pages"

@@ -57,11 +57,9 @@ class CrawlSummary:
             f"modified, {counts['error']} error; {sum(r.new for r in self.results)} new post(s)"
         )
         logger.info("Crawl summary (%s):\n%s", reason, "\n".join(lines))
-        stats = self.crawler.stats
-        if counts["error"] == len(self.results) and stats.get_value(
-            "feeds/connection_error", 0
-        ) == len(self.results):
+        if self.crawler.stats.get_value("feeds/network_down"):
             logger.warning(
                 "Every feed failed to connect: the network looks unreachable from here. "
-                "Each source's error is recorded; run again when the network is back."
+                "The runs are recorded, but no error is counted against the sources; "
+                "run again when the network is back."
             )

@@ -37,10 +37,21 @@ class FeedResult:
     source: str
     status: str  # ok | not_modified | error
     started_at: str
+    url: str = ""  # the URL requested
     fetched: int = 0
     new: int = 0
     error: str | None = None
+    # connection (DNS, refused, timeout) | http | gone (410) | parse
+    error_kind: str | None = None
     etag: str | None = None
     modified: str | None = None
     last_build_date: str | None = None
     trigger: str = "manual"
+    # What the server asked for: seconds until the next poll at the earliest.
+    retry_after: int | None = None
+    max_age: int | None = None
+    ttl_seconds: int | None = None  # the feed's <ttl>
+    # Where a chain of 301/308 redirects ended, if the feed was redirected only so.
+    permanent_redirect: str | None = None
+    # False when the whole crawl failed to connect: our network, not the feed, was down.
+    counted: bool = True

@@ -13,10 +13,12 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from vesti_scrapy.polling import FeedState, apply_result, interval_seconds, iso
 
 if TYPE_CHECKING:
     from vesti_scrapy.items import FeedResult
@@ -135,9 +137,27 @@ def _migrate_1_initial(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS runs_source ON runs(source_id, started_at)")
 
 
+def _migrate_2_polling(conn: sqlite3.Connection) -> None:
+    """Due-based polling: when a feed was fetched and is due, where it moved to, and
+    whether a run's errors counted (not when our own network was down)."""
+    for column in (
+        "last_fetch_at TEXT",
+        "next_due_at TEXT",
+        "redirect_url TEXT",
+        "redirect_count INTEGER NOT NULL DEFAULT 0",
+        "effective_feed_url TEXT",
+        "ttl_seconds INTEGER",
+    ):
+        conn.execute(f"ALTER TABLE rss_state ADD COLUMN {column}")
+    conn.execute("ALTER TABLE runs ADD COLUMN url TEXT")
+    conn.execute("ALTER TABLE runs ADD COLUMN counted INTEGER NOT NULL DEFAULT 1")
+    conn.execute("CREATE INDEX rss_state_next_due ON rss_state(next_due_at)")
+
+
 # Ordered: MIGRATIONS[i] brings user_version i to i + 1. Append only.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1_initial,
+    _migrate_2_polling,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -314,6 +334,16 @@ class SourceRow:
     priority: str
     enabled: bool
     feed_status: str
+    error_count: int = 0
+    last_error: str | None = None
+    last_fetch_at: str | None = None
+    next_due_at: str | None = None
+    effective_feed_url: str | None = None
+
+    @property
+    def poll_url(self) -> str | None:
+        """Where to fetch the feed: the URL it moved to for good, else the registry's."""
+        return self.effective_feed_url or self.feed_url
 
 
 POST_COLUMNS = (
@@ -368,6 +398,7 @@ class Store:
         """Upsert the registry by slug; sources no longer listed are disabled, not deleted."""
         sources = list(sources)
         with self._writing():
+            before = dict(self.conn.execute("SELECT slug, feed_url FROM sources").fetchall())
             self.conn.executemany(
                 """INSERT INTO sources
                        (slug, name, url, feed_url, channel, crawler, direction, lang,
@@ -395,6 +426,12 @@ class Store:
                     for s in sources
                 ],
             )
+            # A feed_url edited in the registry overrides a redirect adopted earlier.
+            self.conn.executemany(
+                "UPDATE rss_state SET effective_feed_url = NULL, redirect_url = NULL, "
+                "redirect_count = 0 WHERE slug = ?",
+                [(s.slug,) for s in sources if s.slug in before and before[s.slug] != s.feed_url],
+            )
             listed = [s.slug for s in sources]
             self.conn.execute(
                 "UPDATE sources SET enabled = 0 WHERE slug NOT IN (SELECT value FROM json_each(?))",
@@ -404,7 +441,9 @@ class Store:
     def sources(self) -> list[SourceRow]:
         rows = self.conn.execute(
             """SELECT s.id, s.slug, s.name, s.feed_url, s.crawler, s.direction, s.lang,
-                      s.priority, s.enabled, COALESCE(st.status, 'new') AS feed_status
+                      s.priority, s.enabled, COALESCE(st.status, 'new') AS feed_status,
+                      COALESCE(st.error_count, 0) AS error_count, st.last_error,
+                      st.last_fetch_at, st.next_due_at, st.effective_feed_url
                FROM sources s LEFT JOIN rss_state st ON st.slug = s.slug
                ORDER BY s.slug"""
         ).fetchall()
@@ -420,6 +459,11 @@ class Store:
                 priority=r["priority"],
                 enabled=bool(r["enabled"]),
                 feed_status=r["feed_status"],
+                error_count=r["error_count"],
+                last_error=r["last_error"],
+                last_fetch_at=r["last_fetch_at"],
+                next_due_at=r["next_due_at"],
+                effective_feed_url=r["effective_feed_url"],
             )
             for r in rows
         ]
@@ -473,51 +517,53 @@ class Store:
                 self._record_result(result)
         return inserted
 
+    def feed_state(self, slug: str) -> FeedState:
+        row = self.conn.execute(
+            f"SELECT {', '.join(STATE_COLUMNS)} FROM rss_state WHERE slug = ?", (slug,)
+        ).fetchone()
+        return FeedState(**dict(row)) if row else FeedState()
+
     def _record_result(self, result: FeedResult) -> None:
-        now = utcnow()
-        source_id = self.conn.execute(
-            "SELECT id FROM sources WHERE slug = ?", (result.source,)
+        now = datetime.now(UTC).replace(microsecond=0)
+        source = self.conn.execute(
+            "SELECT id, priority FROM sources WHERE slug = ?", (result.source,)
         ).fetchone()
         self.conn.execute(
             """INSERT INTO runs (source_id, name, trigger, started_at, finished_at, status,
-                                 fetched, new, error)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                 fetched, new, error, url, counted)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
-                source_id[0] if source_id else None,
+                source["id"] if source else None,
                 f"rss:{result.source}",
                 result.trigger,
                 result.started_at,
-                now,
+                iso(now),
                 result.status,
                 result.fetched,
                 result.new,
                 result.error,
+                result.url or None,
+                int(result.counted),
             ),
         )
-        if result.status == "ok":
-            self.conn.execute(
-                """INSERT INTO rss_state (slug, etag, modified, last_build_date, last_error,
-                                          error_count, status, updated_at)
-                   VALUES (?, ?, ?, ?, NULL, 0, 'alive', ?)
-                   ON CONFLICT(slug) DO UPDATE SET
-                       etag = excluded.etag, modified = excluded.modified,
-                       last_build_date = excluded.last_build_date, last_error = NULL,
-                       error_count = 0, status = 'alive', updated_at = excluded.updated_at""",
-                (result.source, result.etag, result.modified, result.last_build_date, now),
-            )
-        elif result.status == "error":
-            self.conn.execute(
-                """INSERT INTO rss_state (slug, last_error, error_count, status, updated_at)
-                   VALUES (?, ?, 1, CASE WHEN 1 >= ? THEN 'dead' ELSE 'new' END, ?)
-                   ON CONFLICT(slug) DO UPDATE SET
-                       last_error = excluded.last_error,
-                       error_count = rss_state.error_count + 1,
-                       status = CASE WHEN rss_state.error_count + 1 >= ? THEN 'dead'
-                                     ELSE rss_state.status END,
-                       updated_at = excluded.updated_at""",
-                (result.source, result.error, self.dead_after_errors, now, self.dead_after_errors),
-            )
-        # not_modified: the feed's state is untouched.
+        state = apply_result(
+            self.feed_state(result.source),
+            result,
+            interval=interval_seconds(source["priority"] if source else "P1"),
+            dead_after=self.dead_after_errors,
+            now=now,
+        )
+        values = [getattr(state, column) for column in STATE_COLUMNS]
+        updates = ", ".join(f"{c} = excluded.{c}" for c in STATE_COLUMNS)
+        self.conn.execute(
+            f"""INSERT INTO rss_state (slug, {", ".join(STATE_COLUMNS)}, updated_at)
+                VALUES (?, {", ".join("?" for _ in STATE_COLUMNS)}, ?)
+                ON CONFLICT(slug) DO UPDATE SET {updates}, updated_at = excluded.updated_at""",
+            [result.source, *values, iso(now)],
+        )
+
+
+STATE_COLUMNS = tuple(f.name for f in fields(FeedState))
 
 
 # --- operations (python -m vesti_scrapy db ...) ---------------------------------------
