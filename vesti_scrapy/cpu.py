@@ -32,8 +32,11 @@ logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# Imported once by the fork server; workers forked from it share those pages.
-PRELOAD = ["vesti_scrapy.feeds", "vesti_scrapy.text", "trafilatura"]
+# Imported once by the fork server; workers forked from it share those pages. Only
+# third-party modules: in Python 3.11 the fork server preloads without the parent's
+# sys.path, so under scrapyd it would take our own modules from an installed copy
+# instead of the deployed egg (the workers themselves do get the job's sys.path).
+PRELOAD = ["feedparser", "trafilatura"]
 
 
 def _worker_init() -> None:

@@ -1,0 +1,377 @@
+"""`python -m vesti_scrapy schedule`: one `feeds due=1` crawl per tick, never two at once.
+
+Local crawls are real `scrapy crawl` processes against the feed server on 127.0.0.1; the
+scrapyd side talks to a small fake scrapyd here (the real one is in test_scrapyd.py).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FIXTURES, REPO, Project, source_entry
+
+from vesti_scrapy import scheduler
+from vesti_scrapy.scheduler import Options, Outcome, ScrapydClient, ScrapydRunner
+
+SCHEDULE = [sys.executable, "-m", "vesti_scrapy", "schedule"]
+CRAWL_TIMEOUT = 90.0
+
+
+def run_schedule(
+    project: Project, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SCHEDULE, *args],
+        cwd=REPO,
+        env=env or project.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def lock_held(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops our lock, if we got it
+    return False
+
+
+def wait_for_unlock(path: Path, timeout: float = CRAWL_TIMEOUT) -> None:
+    """The crawl holds the lock exactly as long as it runs (its exit releases it)."""
+    deadline = time.monotonic() + timeout
+    while lock_held(path):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the crawl holding {path} did not end in {timeout} s")
+        time.sleep(0.1)
+
+
+def crawl_pid(project: Project) -> int:
+    return int(scheduler.lock_path(project.db).read_text().strip())
+
+
+def crawl_logs(project: Project) -> list[Path]:
+    return sorted((project.db.parent / "logs").glob("feeds-*.log"))
+
+
+@pytest.fixture
+def feeds(site: Any, project: Project) -> Iterator[Any]:
+    """The sample feeds of two directions; ends every crawl the test leaves running."""
+    site_, server = site
+    site_.load_dir(FIXTURES / "site")
+    project.write_sources(
+        [
+            source_entry("linux", server.url("/linux.rss")),
+            source_entry("tech", server.url("/tech.atom"), direction="tech"),
+        ]
+    )
+    yield site_
+    lock = scheduler.lock_path(project.db)
+    if lock.exists() and lock_held(lock):
+        # The crawl leads its own session (start_new_session): its group is its pid.
+        os.killpg(crawl_pid(project), signal.SIGKILL)
+        wait_for_unlock(lock, timeout=10)
+
+
+def slow_linux_feed(site: Any, delay: float) -> None:
+    site.put("/linux.rss", (FIXTURES / "site" / "linux.rss").read_bytes(), delay=delay)
+
+
+def assert_scheduled_posts(project: Project) -> None:
+    directions = dict(project.query("SELECT direction, COUNT(*) FROM posts GROUP BY direction"))
+    assert directions.keys() == {"linux", "tech"}
+    assert {row[0] for row in project.query("SELECT trigger FROM runs")} == {"schedule"}
+
+
+# --- local crawls ----------------------------------------------------------------------
+def test_once_starts_a_crawl_and_a_second_once_does_not_overlap(feeds, project):
+    slow_linux_feed(feeds, delay=3.0)
+    first = run_schedule(project, "--once")
+    assert first.returncode == 0, first.stderr
+    pid = crawl_pid(project)
+    assert f"Started feeds crawl (pid {pid})" in first.stderr
+    lock = scheduler.lock_path(project.db)
+    # The scheduler has exited; the crawl runs on and holds the lock.
+    assert lock_held(lock)
+
+    second = run_schedule(project, "--once")
+    assert second.returncode == 0, second.stderr
+    assert "still running" in second.stderr
+    assert f"pid {pid}" in second.stderr
+    assert "Started" not in second.stderr
+    assert len(crawl_logs(project)) == 1
+
+    wait_for_unlock(lock)
+    assert_scheduled_posts(project)
+    log = crawl_logs(project)[0].read_text()
+    assert "Spider closed (finished)" in log
+
+
+def test_a_killed_crawl_leaves_no_stale_lock(feeds, project):
+    slow_linux_feed(feeds, delay=30.0)
+    assert run_schedule(project, "--once").returncode == 0
+    killed = crawl_pid(project)
+    lock = scheduler.lock_path(project.db)
+    assert lock_held(lock)
+    # As after a crash or an OOM kill: no chance to clean anything up.
+    os.killpg(killed, signal.SIGKILL)
+    wait_for_unlock(lock, timeout=10)
+    assert lock.read_text().strip() == str(killed)  # the file stays; it blocks nothing
+
+    slow_linux_feed(feeds, delay=0.0)
+    again = run_schedule(project, "--once")
+    assert again.returncode == 0, again.stderr
+    assert crawl_pid(project) != killed
+    assert "Started feeds crawl" in again.stderr
+    wait_for_unlock(lock)
+    assert_scheduled_posts(project)
+
+
+def test_the_loop_ticks_until_sigterm_and_leaves_the_crawl_running(feeds, project):
+    slow_linux_feed(feeds, delay=4.0)
+    loop = subprocess.Popen(
+        [*SCHEDULE, "--interval", "0.5"],
+        cwd=REPO,
+        env=project.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lock = scheduler.lock_path(project.db)
+        deadline = time.monotonic() + 30
+        while not (lock.exists() and lock.read_text().strip()):
+            assert time.monotonic() < deadline, "no crawl started"
+            time.sleep(0.1)
+        time.sleep(1.5)  # ticks that find the crawl still running
+        loop.send_signal(signal.SIGTERM)
+        _, stderr = loop.communicate(timeout=15)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.communicate()
+    assert loop.returncode == 0, stderr
+    assert stderr.count("Started feeds crawl") == 1
+    assert "not starting another" in stderr
+    assert "Stopping (SIGTERM)" in stderr
+    assert "keeps running" in stderr
+    assert lock_held(lock)  # stopping the scheduler did not cut the crawl short
+    wait_for_unlock(lock)
+    assert_scheduled_posts(project)
+
+
+def test_print_cron_is_a_working_line_that_skips_while_a_crawl_runs(feeds, project):
+    result = run_schedule(project, "--print-cron")
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    lock = REPO / scheduler.lock_path(project.db)
+    assert line.startswith("* * * * * ")
+    assert f"cd {shlex.quote(str(REPO))} && " in line
+    assert f"flock -n {shlex.quote(str(lock))} " in line
+    assert f"{sys.executable} -m scrapy crawl feeds -a due=1 -a trigger=schedule" in line
+    assert f"VESTI_SOURCES={project.sources}" in line
+    if shutil.which("flock") is None:
+        pytest.skip("flock(1) (util-linux) is not installed")
+    # What cron would run: its environment is nearly empty.
+    command = line.removeprefix("* * * * * ")
+    cron_env = {"PATH": "/usr/bin:/bin", "HOME": str(project.root), "SHELL": "/bin/sh"}
+
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        skipped = subprocess.run(["/bin/sh", "-c", command], env=cron_env, timeout=30)
+    assert skipped.returncode == 1  # flock -n: locked, nothing started
+    assert not project.db.exists()
+
+    ran = subprocess.run(["/bin/sh", "-c", command], env=cron_env, timeout=CRAWL_TIMEOUT)
+    assert ran.returncode == 0, (project.db.parent / "logs" / "feeds-cron.log").read_text()
+    assert_scheduled_posts(project)
+
+
+def test_only_the_newest_crawl_logs_are_kept(tmp_path):
+    runner = scheduler.LocalRunner(Options(db=tmp_path / "vesti.db", keep_logs=2))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    names = [f"feeds-2026113{day}T000000Z.log" for day in range(4)] + ["feeds-cron.log"]
+    for name in names:
+        (logs / name).write_text("")
+    runner._prune_logs(keep=logs / names[3])
+    assert sorted(path.name for path in logs.iterdir()) == sorted(names[2:])
+
+
+# --- scrapyd -----------------------------------------------------------------------------
+class FakeScrapyd(ThreadingHTTPServer):
+    """listjobs.json answers with ``jobs``; schedule.json records what it was sent and
+    queues the job as pending."""
+
+    daemon_threads = True
+
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), FakeScrapydHandler)
+        self.jobs: dict[str, list[dict[str, Any]]] = {"pending": [], "running": []}
+        self.scheduled: list[dict[str, list[str]]] = []
+        self.authorizations: list[str | None] = []
+        self.schedule_reply: dict[str, Any] = {"status": "ok", "jobid": "job-1"}
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self._thread.join()
+
+
+class FakeScrapydHandler(BaseHTTPRequestHandler):
+    server: FakeScrapyd
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _reply(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self.server.authorizations.append(self.headers.get("Authorization"))
+        assert self.path.startswith("/listjobs.json?project=")
+        self._reply({"status": "ok", "finished": [], **self.server.jobs})
+
+    def do_POST(self) -> None:
+        self.server.authorizations.append(self.headers.get("Authorization"))
+        assert self.path == "/schedule.json"
+        body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+        fields = urllib.parse.parse_qs(body)
+        self.server.scheduled.append(fields)
+        reply = self.server.schedule_reply
+        if reply.get("status") == "ok":  # as scrapyd does: queued until a slot is free
+            self.server.jobs["pending"].append(
+                {"id": reply["jobid"], "spider": fields["spider"][0]}
+            )
+        self._reply(reply)
+
+
+@pytest.fixture
+def fake_scrapyd() -> Iterator[FakeScrapyd]:
+    server = FakeScrapyd()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def scrapyd_runner(url: str, tmp_path: Path) -> ScrapydRunner:
+    options = Options(db=tmp_path / "vesti.db", scrapyd=url, settings=("VESTI_DB=/srv/v.db",))
+    return ScrapydRunner(options, ScrapydClient.from_url(url))
+
+
+def test_once_schedules_a_feeds_job_on_scrapyd(fake_scrapyd, project):
+    url = fake_scrapyd.url.replace("http://", "http://vesti:s3cret@")
+    result = run_schedule(
+        project, "--once", "--scrapyd", url, "--setting", "VESTI_DB=/srv/vesti/vesti.db"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Scheduled feeds job job-1" in result.stderr
+    assert "s3cret" not in result.stderr
+    assert fake_scrapyd.scheduled == [
+        {
+            "project": ["vesti_scrapy"],
+            "spider": ["feeds"],
+            "due": ["1"],
+            "trigger": ["schedule"],
+            "setting": ["VESTI_DB=/srv/vesti/vesti.db"],
+        }
+    ]
+    # "vesti:s3cret" in base64
+    assert set(fake_scrapyd.authorizations) == {"Basic dmVzdGk6czNjcmV0"}
+    assert not project.db.exists()  # nothing ran locally
+
+
+@pytest.mark.parametrize("state", ["pending", "running"])
+def test_no_second_job_while_one_is_pending_or_running(fake_scrapyd, tmp_path, caplog, state):
+    fake_scrapyd.jobs[state] = [{"id": "j0", "spider": "feeds", "project": "vesti_scrapy"}]
+    with caplog.at_level(logging.INFO, logger="vesti.schedule"):
+        assert scrapyd_runner(fake_scrapyd.url, tmp_path).tick() is Outcome.BUSY
+    assert fake_scrapyd.scheduled == []
+    assert f"Feeds job j0 is still {state}" in caplog.text
+
+
+def test_jobs_of_other_spiders_do_not_block(fake_scrapyd, tmp_path):
+    fake_scrapyd.jobs["running"] = [{"id": "j0", "spider": "telegram"}]
+    assert scrapyd_runner(fake_scrapyd.url, tmp_path).tick() is Outcome.STARTED
+    assert len(fake_scrapyd.scheduled) == 1
+
+
+def test_a_refusal_from_scrapyd_is_logged(fake_scrapyd, tmp_path, caplog):
+    fake_scrapyd.schedule_reply = {"status": "error", "message": "project 'vesti_scrapy' not found"}
+    with caplog.at_level(logging.INFO, logger="vesti.schedule"):
+        assert scrapyd_runner(fake_scrapyd.url, tmp_path).tick() is Outcome.FAILED
+    assert "project 'vesti_scrapy' not found" in caplog.text
+
+
+def test_once_with_scrapyd_down_logs_and_exits_0(project):
+    down = FakeScrapyd()
+    url = down.url
+    down.stop()  # nothing listens on that port any more
+    result = run_schedule(project, "--once", "--scrapyd", url)
+    assert result.returncode == 0, result.stderr
+    assert f"scrapyd at {url} cannot be used" in result.stderr
+    assert "Connection refused" in result.stderr
+    assert "trying again at the next tick" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_loop_survives_scrapyd_down_and_schedules_once_it_is_back(tmp_path, caplog):
+    probe = FakeScrapyd()
+    port = probe.server_address[1]
+    probe.stop()
+    runner = scrapyd_runner(f"http://127.0.0.1:{port}/", tmp_path)
+    stop = threading.Event()
+    loop = threading.Thread(target=scheduler.run_loop, args=(runner, 0.1, stop))
+    server = None
+    with caplog.at_level(logging.INFO, logger="vesti.schedule"):
+        loop.start()
+        try:
+            time.sleep(0.35)  # a few ticks against a closed port
+            server = FakeScrapyd(port)
+            deadline = time.monotonic() + 10
+            while not server.scheduled:
+                assert time.monotonic() < deadline, "never scheduled after scrapyd came back"
+                time.sleep(0.05)
+            time.sleep(0.35)  # ticks that see the job pending
+        finally:
+            stop.set()
+            loop.join(timeout=10)
+            if server is not None:
+                server.stop()
+    assert not loop.is_alive()
+    assert "cannot be used" in caplog.text
+    assert "Feeds job job-1 is still pending" in caplog.text
+    assert server is not None and len(server.scheduled) == 1
