@@ -6,6 +6,9 @@ Zero "database is locked", zero lost or doubled posts, and readers never wait on
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -20,28 +23,9 @@ from vesti_scrapy import storage
 DURATION = 20.0
 DIRECTIONS = ("linux", "tech")
 
-# Stands in for the classification worker: claims one post at a time, atomically, and
-# marks it done, in short write transactions.
-WORKER = """
-import sys, time
-from vesti_scrapy.storage import connect, transaction
-conn = connect(sys.argv[1])
-deadline = time.monotonic() + float(sys.argv[2])
-done = 0
-while time.monotonic() < deadline:
-    with transaction(conn):
-        row = conn.execute(
-            "UPDATE posts SET classified = -1 WHERE id = "
-            "(SELECT id FROM posts WHERE classified = 0 ORDER BY id LIMIT 1) RETURNING id"
-        ).fetchone()
-    if row is None:
-        time.sleep(0.05)
-        continue
-    with transaction(conn):
-        conn.execute("UPDATE posts SET classified = 1 WHERE id = ?", (row[0],))
-    done += 1
-print(done)
-"""
+# The classification worker runs as a service (--loop) for the test's duration, claiming
+# posts as the crawls store them; Ctrl-C then finishes the posts in hand and exits.
+WORKER = [sys.executable, "-m", "vesti_scrapy", "worker", "--loop", "--poll", "0.2"]
 
 
 class Publisher(threading.Thread):
@@ -132,9 +116,11 @@ def test_crawls_worker_reader_and_backup_at_once(site, project: Project, tmp_pat
             time.sleep(0.01)
         conn.close()
 
+    worker_env = {k: v for k, v in os.environ.items() if not k.startswith("OLLAMA_")}
     worker = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(project.db), str(DURATION)],
+        [*WORKER, "--db", str(project.db)],
         cwd=REPO,
+        env=worker_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -148,12 +134,16 @@ def test_crawls_worker_reader_and_backup_at_once(site, project: Project, tmp_pat
     storage.backup_database(project.db, backup)
     for thread in threads:
         thread.join(timeout=DURATION + 120)
+    worker.send_signal(signal.SIGINT)
     worker_out, worker_err = worker.communicate(timeout=60)
     publisher.stop.set()
     publisher.join()
 
     assert worker.returncode == 0, worker_err
-    assert int(worker_out) > 0
+    classified = re.search(r"^worker: (\d+) classified", worker_out, re.MULTILINE)
+    assert classified, worker_out
+    assert int(classified.group(1)) > 0
+    assert "database is locked" not in worker_err
     assert crawl_failures == []
     assert crawls_run >= 4
     assert read_errors == []

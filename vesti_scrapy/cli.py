@@ -12,7 +12,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vesti_scrapy import scheduler, storage
+from vesti_scrapy import scheduler, storage, worker
 from vesti_scrapy.polling import TIME_FORMAT
 from vesti_scrapy.registry import RegistryError, load_sources
 from vesti_scrapy.text import extract_article
@@ -271,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1")
     demo.set_defaults(func=cmd_demo)
     scheduler.add_subcommand(commands)
+    worker.add_subcommand(commands)
     return parser
 
 

@@ -154,10 +154,51 @@ def _migrate_2_polling(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX rss_state_next_due ON rss_state(next_due_at)")
 
 
+def _migrate_3_processing_queue(conn: sqlite3.Connection) -> None:
+    """The processing queue: ``posts`` is the queue (``classified``: 0 pending, -1 claimed,
+    1 done, -2 failed); claims with a lease, attempts and errors; what the classifier found;
+    ``sources.is_own`` (own sources are classified first).
+
+    The classified direction gets its own column: ``posts.direction`` stays the source's
+    direction at fetch time, the classifier's prior, so classifying again starts from the
+    same evidence and per-source statistics keep their meaning.
+
+    The queue indexes are partial: they hold the pending and claimed posts only, so they
+    stay as small as the backlog however many classified posts the table keeps.
+    """
+    # Columns the replaced crawler's database may already have are added only if missing.
+    posts = _table_columns(conn, "posts")
+    for column in (
+        "claimed_by TEXT",  # worker id (host:pid:run/thread); kept on a done post
+        "claimed_at TEXT",  # when the current (or last) claim was taken, ISO UTC, ms
+        "lease_until TEXT",  # a claim not renewed by then returns to the queue
+        "attempts INTEGER NOT NULL DEFAULT 0",  # failed or expired attempts
+        "last_error TEXT",
+        "classified_direction TEXT",
+        "relevance REAL CHECK (relevance BETWEEN 0 AND 1)",
+        "interest REAL CHECK (interest BETWEEN 0 AND 1)",
+        "summary TEXT",
+        "classified_at TEXT",
+        "classifier TEXT CHECK (classifier IN ('keywords', 'llm'))",
+    ):
+        if column.split()[0] not in posts:
+            conn.execute(f"ALTER TABLE posts ADD COLUMN {column}")
+    if "is_own" not in _table_columns(conn, "sources"):
+        conn.execute("ALTER TABLE sources ADD COLUMN is_own INTEGER NOT NULL DEFAULT 0")
+    # Pending in id order (the oldest first): the index's rowid order answers
+    # ``WHERE classified = 0 ORDER BY id LIMIT 1`` with one seek.
+    conn.execute("CREATE INDEX posts_pending ON posts(classified) WHERE classified = 0")
+    # The oldest pending post of one source (own sources first).
+    conn.execute("CREATE INDEX posts_pending_source ON posts(source_id, id) WHERE classified = 0")
+    # Claims whose lease ran out.
+    conn.execute("CREATE INDEX posts_claimed ON posts(lease_until) WHERE classified = -1")
+
+
 # Ordered: MIGRATIONS[i] brings user_version i to i + 1. Append only.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1_initial,
     _migrate_2_polling,
+    _migrate_3_processing_queue,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -561,6 +602,204 @@ class Store:
                 ON CONFLICT(slug) DO UPDATE SET {updates}, updated_at = excluded.updated_at""",
             [result.source, *values, iso(now)],
         )
+
+    # --- processing queue ------------------------------------------------------------
+    # ``posts`` is the queue: ``classified`` is 0 pending, -1 claimed, 1 done, -2 failed.
+    # A claim holds a lease (``lease_until``) that its worker renews while it works; a
+    # claim whose lease ran out (the worker was killed) returns to the queue by itself,
+    # counted as an attempt. Every change below is one short BEGIN IMMEDIATE transaction,
+    # and finishing, failing or releasing a post checks that the caller still holds it.
+
+    def queue_has_work(self) -> bool:
+        """Whether a post is pending or a lease ran out: a read, no write lock taken."""
+        return bool(
+            self.conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM posts WHERE classified = 0) "
+                "OR EXISTS (SELECT 1 FROM posts WHERE classified = -1 AND lease_until < ?)",
+                (queue_stamp(),),
+            ).fetchone()[0]
+        )
+
+    def claim_post(
+        self, worker: str, lease_seconds: float, max_attempts: int = 3
+    ) -> QueuedPost | None:
+        """Claim the next pending post for ``worker``: own sources first, then the oldest.
+
+        Atomic across threads and processes: the expired leases are returned and the
+        post is claimed under one write lock (BEGIN IMMEDIATE, UPDATE ... RETURNING).
+        """
+        now = time.time()
+        with self._writing():
+            self._expire_leases(now, max_attempts)
+            rows = self.conn.execute(
+                CLAIM_SQL,
+                {
+                    "worker": worker,
+                    "now": queue_stamp(now),
+                    "until": queue_stamp(now + lease_seconds),
+                },
+            ).fetchall()
+            if not rows:
+                return None
+            row = rows[0]
+            source = self.conn.execute(
+                "SELECT slug, is_own FROM sources WHERE id = ?", (row["source_id"],)
+            ).fetchone()
+        return QueuedPost(
+            id=row["id"],
+            source_id=row["source_id"],
+            source_slug=source["slug"] if source else None,
+            is_own=bool(source and source["is_own"]),
+            title=row["title"] or "",
+            text=row["text"] or "",
+            lang=row["lang"],
+            source_direction=row["direction"],
+            attempts=row["attempts"],
+            claimed_by=worker,
+        )
+
+    def _expire_leases(self, now: float, max_attempts: int) -> int:
+        """Return claims whose lease ran out to the queue (failed after the last attempt)."""
+        cursor = self.conn.execute(
+            """UPDATE posts
+               SET classified = CASE WHEN attempts + 1 >= :max THEN -2 ELSE 0 END,
+                   attempts = attempts + 1,
+                   last_error = 'lease expired at ' || lease_until || ': '
+                                || COALESCE(claimed_by, '?') || ' did not finish it',
+                   claimed_by = CASE WHEN attempts + 1 >= :max THEN claimed_by END,
+                   lease_until = NULL
+               WHERE classified = -1 AND lease_until < :now""",
+            {"max": max_attempts, "now": queue_stamp(now)},
+        )
+        return cursor.rowcount
+
+    def renew_leases(self, claims: Iterable[tuple[int, str]], lease_seconds: float) -> int:
+        """Extend the leases of posts still held: ``claims`` are (post id, worker)."""
+        until = queue_stamp(time.time() + lease_seconds)
+        claims = list(claims)
+        if not claims:
+            return 0
+        with self._writing():
+            cursor = self.conn.executemany(
+                "UPDATE posts SET lease_until = ? "
+                "WHERE id = ? AND classified = -1 AND claimed_by = ?",
+                [(until, post_id, worker) for post_id, worker in claims],
+            )
+        return cursor.rowcount
+
+    def finish_post(
+        self,
+        post_id: int,
+        worker: str,
+        *,
+        direction: str,
+        relevance: float,
+        interest: float,
+        summary: str,
+        classifier: str,
+    ) -> bool:
+        """Store a classification; False when ``worker`` no longer holds the post."""
+        with self._writing():
+            cursor = self.conn.execute(
+                """UPDATE posts
+                   SET classified = 1, lease_until = NULL, classified_direction = ?,
+                       relevance = ?, interest = ?, summary = ?, classifier = ?,
+                       classified_at = ?
+                   WHERE id = ? AND classified = -1 AND claimed_by = ?""",
+                (direction, relevance, interest, summary, classifier, utcnow(), post_id, worker),
+            )
+        return cursor.rowcount == 1
+
+    def fail_post(self, post_id: int, worker: str, error: str, max_attempts: int = 3) -> int | None:
+        """Count a failed attempt: the post is pending again (0), or failed (-2) after
+        ``max_attempts``. Returns its new state; None when ``worker`` no longer held it."""
+        with self._writing():
+            rows = self.conn.execute(
+                """UPDATE posts
+                   SET classified = CASE WHEN attempts + 1 >= ? THEN -2 ELSE 0 END,
+                       attempts = attempts + 1, last_error = ?, lease_until = NULL,
+                       claimed_by = CASE WHEN attempts + 1 >= ? THEN claimed_by END
+                   WHERE id = ? AND classified = -1 AND claimed_by = ?
+                   RETURNING classified""",
+                (max_attempts, error[:2000], max_attempts, post_id, worker),
+            ).fetchall()
+        return rows[0][0] if rows else None
+
+    def release_posts(self, claims: Iterable[tuple[int, str]]) -> int:
+        """Give posts back to the queue unprocessed, no attempt counted (an abandoned run)."""
+        claims = list(claims)
+        if not claims:
+            return 0
+        with self._writing():
+            cursor = self.conn.executemany(
+                "UPDATE posts SET classified = 0, claimed_by = NULL, lease_until = NULL "
+                "WHERE id = ? AND classified = -1 AND claimed_by = ?",
+                claims,
+            )
+        return cursor.rowcount
+
+    def retry_failed(self) -> int:
+        """Put every failed post back in the queue with its attempts reset."""
+        with self._writing():
+            cursor = self.conn.execute(
+                "UPDATE posts SET classified = 0, attempts = 0, claimed_by = NULL "
+                "WHERE classified = -2"
+            )
+        return cursor.rowcount
+
+    def queue_counts(self) -> dict[str, int]:
+        """Posts per queue state: pending, claimed, done, failed."""
+        counts = dict.fromkeys(QUEUE_STATES.values(), 0)
+        for state, count in self.conn.execute(
+            "SELECT classified, count(*) FROM posts GROUP BY classified"
+        ):
+            name = QUEUE_STATES.get(state)
+            if name is not None:
+                counts[name] += count
+        return counts
+
+
+# --- processing queue: what a claim hands to a worker ---------------------------------
+
+QUEUE_STATES = {0: "pending", -1: "claimed", 1: "done", -2: "failed"}
+
+
+# Claim the next post: the oldest pending post of an own source, else the oldest pending
+# post. Each step is one seek in a partial index (posts_pending_source per own source,
+# posts_pending), whatever the size of the table.
+CLAIM_SQL = """UPDATE posts
+   SET classified = -1, claimed_by = :worker, claimed_at = :now, lease_until = :until
+   WHERE id = COALESCE(
+       (SELECT min(pid) FROM (
+           SELECT (SELECT p.id FROM posts p
+                   WHERE p.classified = 0 AND p.source_id = s.id
+                   ORDER BY p.id LIMIT 1) AS pid
+           FROM sources s WHERE s.is_own = 1)),
+       (SELECT id FROM posts WHERE classified = 0 ORDER BY id LIMIT 1))
+   RETURNING id, source_id, title, text, lang, direction, attempts"""
+
+
+def queue_stamp(moment: float | None = None) -> str:
+    """ISO UTC with milliseconds for claims and leases: one fixed width, so that text
+    comparison is time order (a lease of a second or two needs the fraction)."""
+    moment = time.time() if moment is None else moment
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@dataclass(frozen=True)
+class QueuedPost:
+    """A claimed post: what the classifier reads, and who holds it."""
+
+    id: int
+    source_id: int
+    source_slug: str | None
+    is_own: bool
+    title: str
+    text: str
+    lang: str | None
+    source_direction: str | None  # posts.direction: the source's, at fetch time
+    attempts: int
+    claimed_by: str
 
 
 STATE_COLUMNS = tuple(f.name for f in fields(FeedState))
