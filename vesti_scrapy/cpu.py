@@ -62,15 +62,18 @@ class CpuPool:
         return pool
 
     def spider_opened(self, spider: Spider) -> None:
-        if self.workers <= 0:
-            return
+        if self.workers > 0:
+            self._slots = asyncio.Semaphore(self.max_in_flight)
+
+    def _start(self) -> ProcessPoolExecutor:
+        # Started on first use: a crawl of 304s never pays for processes it does not need.
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         self.executor = ProcessPoolExecutor(
             self.workers, mp_context=context, initializer=_worker_init
         )
-        self._slots = asyncio.Semaphore(self.max_in_flight)
         logger.info("Parsing and extraction run in %d worker process(es)", self.workers)
+        return self.executor
 
     def spider_closed(self, spider: Spider) -> None:
         if self.executor is not None:
@@ -78,14 +81,15 @@ class CpuPool:
             self.executor = None
 
     async def run(self, fn: Callable[P, R], *args: Any) -> R:
-        if self.executor is None or self._slots is None:
+        if self._slots is None:
             return fn(*args)
         async with self._slots:
+            executor = self.executor or self._start()
             try:
-                return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+                return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
             except BrokenProcessPool:
                 # A worker died (killed, out of memory): finish the crawl inline.
                 logger.error("A worker process died; parsing in the crawl process from now on")
-                self.executor.shutdown(wait=False, cancel_futures=True)
-                self.executor = None
+                executor.shutdown(wait=False, cancel_futures=True)
+                self.executor, self._slots = None, None
                 return fn(*args)

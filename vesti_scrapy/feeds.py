@@ -172,7 +172,11 @@ def parse_feed(body: bytes, url: str, content_type: str = "") -> ParsedFeed:
     headers = {"content-location": url}
     if content_type:
         headers["content-type"] = content_type
-    parsed = feedparser.parse(body, response_headers=headers)
+    # Entry HTML only ever becomes plain text here: feedparser's sanitizing and resolving
+    # of relative URIs inside it would be work thrown away (entry links still resolve).
+    parsed = feedparser.parse(
+        body, response_headers=headers, sanitize_html=False, resolve_relative_uris=False
+    )
     problem = None
     exc = parsed.get("bozo_exception") if parsed.get("bozo") else None
     if parsed.get("bozo"):
