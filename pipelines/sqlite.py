@@ -5,10 +5,12 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scrapy import signals
 from scrapy.exceptions import DropItem, NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 
-from vesti_scrapy.items import FeedResult, PostItem
+from vesti_scrapy.imports import record_outcomes
+from vesti_scrapy.items import FeedResult, ImportOutcome, PostItem
 from vesti_scrapy.storage import StorageError, Store
 
 if TYPE_CHECKING:
@@ -26,6 +28,10 @@ class SQLiteWriterPipeline:
     so the feed's validators are committed in the same transaction as that post or a
     later one, never ahead of it. A crawl killed with a batch in memory loses those
     validators too, and the next crawl fetches those feeds again.
+
+    Imported URLs (the urls spider) work alike: an item's :class:`ImportOutcome` rides on
+    its post and is recorded in the post's transaction; an outcome without a post (an
+    error; a post the dedup pipeline dropped) is buffered behind the posts.
     """
 
     def __init__(self, crawler: Crawler, db_path: str, batch_size: int, dead_after: int) -> None:
@@ -46,18 +52,22 @@ class SQLiteWriterPipeline:
         self.reached_any = False
         # Posts of a feed committed in earlier batches, not yet counted in its result.
         self.committed_new: Counter[str] = Counter()
+        # Imported URLs' outcomes that have no post to ride on.
+        self.outcomes: list[ImportOutcome] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
         if settings.getbool("VESTI_DRY_RUN"):
             raise NotConfigured
-        return cls(
+        pipeline = cls(
             crawler,
             settings["VESTI_DB"],
             settings.getint("VESTI_WRITE_BATCH"),
             settings.getint("VESTI_DEAD_AFTER_ERRORS"),
         )
+        crawler.signals.connect(pipeline.item_dropped, signal=signals.item_dropped)
+        return pipeline
 
     def open_spider(self) -> None:
         self.store = Store.open(self.db_path, dead_after_errors=self.dead_after)
@@ -83,6 +93,22 @@ class SQLiteWriterPipeline:
         except StorageError as exc:
             self._fail(exc)
             raise DropItem(f"Not stored: {exc}") from exc
+
+    def item_dropped(self, item: Any, exception: BaseException) -> None:
+        """An imported URL's post dropped (as a duplicate) still records its item: linked
+        to the post already stored, found when the outcome is written."""
+        if not isinstance(item, PostItem) or item.outcome is None or self.failure is not None:
+            return
+        outcome = item.outcome
+        outcome.state = "duplicate"
+        outcome.canonical_url = item.canonical_url
+        outcome.sha256 = item.sha256 if item.substantive else None
+        outcome.error = f"not stored: {exception}"  # kept only if no such post exists
+        self.outcomes.append(outcome)
+        try:
+            self._flush_if_full()
+        except StorageError as exc:
+            self._fail(exc)
 
     def _record_unreachable(self) -> None:
         """Connection failures count against their feeds, unless every feed of the crawl
@@ -121,19 +147,32 @@ class SQLiteWriterPipeline:
             # Buffered behind its feed's posts: committed with or after the last of them.
             self.results.append(item)
             self.reached_any = True
-        if len(self.buffer) + len(self.results) >= self.batch_size:
-            self._flush()
+        elif isinstance(item, ImportOutcome):
+            self.outcomes.append(item)
+        self._flush_if_full()
         return item
 
+    def _flush_if_full(self) -> None:
+        if len(self.buffer) + len(self.results) + len(self.outcomes) >= self.batch_size:
+            self._flush()
+
     def _flush(self) -> None:
-        if not self.buffer and not self.results:
+        if not self.buffer and not self.results and not self.outcomes:
             return
         assert self.store is not None
         posts, self.buffer = self.buffer, []
         results, self.results = self.results, []
+        outcomes, self.outcomes = self.outcomes, []
         for result in results:
             result.new = self.committed_new.pop(result.source, 0)
-        inserted = self.store.write(posts, results)
+        imported = outcomes or any(post["outcome"] is not None for post in posts)
+        inserted = self.store.write(
+            posts,
+            results,
+            also=(lambda conn, ids: record_outcomes(conn, posts, ids, outcomes))
+            if imported
+            else None,
+        )
         new_by_source = Counter(p["source"] for p, new in zip(posts, inserted, strict=True) if new)
         self.stats.inc_value("sqlite/posts_inserted", sum(new_by_source.values()))
         self.stats.inc_value("sqlite/posts_conflict", len(posts) - sum(new_by_source.values()))
@@ -158,4 +197,5 @@ def _post_row(item: PostItem, source_id: int) -> dict[str, Any]:
         "lang": item.lang,
         "direction": item.direction,
         "content_type": item.content_type,
+        "outcome": item.outcome,
     }

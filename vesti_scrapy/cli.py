@@ -12,10 +12,11 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vesti_scrapy import scheduler, storage, worker
+from vesti_scrapy import imports, scheduler, storage, worker
 from vesti_scrapy.polling import TIME_FORMAT
 from vesti_scrapy.registry import RegistryError, load_sources
 from vesti_scrapy.text import extract_article
+from vesti_scrapy.web import command as web_command
 
 DEFAULT_SOURCES = "sources.yaml"
 
@@ -272,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
     scheduler.add_subcommand(commands)
     worker.add_subcommand(commands)
+    imports.add_subcommands(commands)  # import FILE, jobs ...
+    web_command.add_subcommand(commands)
     return parser
 
 

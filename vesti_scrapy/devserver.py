@@ -43,6 +43,10 @@ class Page:
     last_modified: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
     conditional: bool = True
     headers: dict[str, str] = field(default_factory=dict)
+    # The first ``fail_first`` requests are answered with ``fail_status`` (500 then 200).
+    fail_first: int = 0
+    fail_status: int = 500
+    served: int = 0
 
 
 @dataclass
@@ -117,9 +121,16 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         with site.lock:
             page = site.pages.get(path)
+            failing = page is not None and page.served < page.fail_first
+            if page is not None:
+                page.served += 1
         if page is not None and page.delay:
             time.sleep(page.delay)
-        status, body, headers = self._answer(page, site.base)
+        if failing:
+            assert page is not None
+            status, body, headers = page.fail_status, b"failing", {"Content-Type": "text/plain"}
+        else:
+            status, body, headers = self._answer(page, site.base)
         with site.lock:
             site.log.append(LoggedRequest(path, status, dict(self.headers.items())))
         self.send_response(status)

@@ -24,6 +24,29 @@ class PostItem:
     canonical_url: str = ""
     sha256: str = ""
     substantive: bool = False
+    # An imported URL's item (the urls spider): recorded with this post by the writer.
+    outcome: ImportOutcome | None = None
+
+
+@dataclass
+class ImportOutcome:
+    """What became of one imported URL: the new state of its ``import_items`` row.
+
+    Attached to the item's post (``PostItem.outcome``), it is recorded in the transaction
+    that stores the post; a post already stored (or dropped as a duplicate) makes it
+    ``duplicate``, linked to that post. Yielded alone when there is no post to store (an
+    error, a URL already stored). Only the crawl holding the job's lease records it.
+    """
+
+    item_id: int
+    worker: str  # the crawl that claimed the item (the job's lease holder)
+    state: str  # saved | consent-wall | duplicate | error
+    attempts: int  # fetch attempts, all crawls together
+    warning: str | None = None
+    error: str | None = None
+    # The post's identity, to find the post a duplicate is linked to.
+    canonical_url: str = ""
+    sha256: str | None = None  # only for substantive texts, as the dedup pipeline
 
 
 @dataclass

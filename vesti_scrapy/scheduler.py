@@ -72,10 +72,14 @@ class Options:
     # NAME=VALUE Scrapy settings for every crawl (`-s` locally, `setting=` for scrapyd).
     settings: tuple[str, ...] = ()
     keep_logs: int = DEFAULT_KEEP_LOGS
+    # Spider arguments of every crawl; the dashboard's "Run now" passes its own.
+    arguments: dict[str, str] = field(default_factory=lambda: dict(SPIDER_ARGUMENTS))
+    # The guard's lock file; None: the scheduler's, next to the database.
+    lock: Path | None = None
 
     @property
     def lock_path(self) -> Path:
-        return lock_path(self.db)
+        return self.lock or lock_path(self.db)
 
     @property
     def log_dir(self) -> Path:
@@ -89,7 +93,7 @@ def lock_path(db: Path) -> Path:
 
 def crawl_command(options: Options, python: str = sys.executable) -> list[str]:
     command = [python, "-m", "scrapy", "crawl", SPIDER]
-    for name, value in SPIDER_ARGUMENTS.items():
+    for name, value in options.arguments.items():
         command += ["-a", f"{name}={value}"]
     for setting in options.settings:
         command += ["-s", setting]
@@ -111,7 +115,7 @@ class LocalRunner:
     children: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def tick(self) -> Outcome:
-        self._reap()
+        self.reap()
         try:
             return self._start_unless_locked()
         except OSError as exc:  # an unwritable data directory, a full disk, no python
@@ -176,7 +180,8 @@ class LocalRunner:
                 with contextlib.suppress(OSError):
                     old.unlink()
 
-    def _reap(self) -> None:
+    def reap(self) -> None:
+        """Collect the crawls that ended (no zombies left) and log how they ended."""
         for child in list(self.children):
             code = child.poll()
             if code is not None:
@@ -185,7 +190,7 @@ class LocalRunner:
                 logger.log(level, "Feeds crawl (pid %d) exited with status %d", child.pid, code)
 
     def close(self) -> None:
-        self._reap()
+        self.reap()
         for child in self.children:
             logger.info(
                 "Feeds crawl (pid %d) keeps running and holds %s until it ends",
@@ -282,7 +287,7 @@ class ScrapydRunner:
                         )
                         return Outcome.BUSY
             job_id = self.client.schedule(
-                self.options.project, SPIDER, SPIDER_ARGUMENTS, self.options.settings
+                self.options.project, SPIDER, self.options.arguments, self.options.settings
             )
         except ScrapydError as exc:
             logger.error(

@@ -91,6 +91,27 @@ EXTENSIONS = {
     "vesti_scrapy.cpu.CpuPool": 510,
 }
 
+# --- Bulk URL import (`python -m vesti_scrapy import`, `scrapy crawl urls`) ------------
+# Imported URLs (and every redirect on the way) that resolve to loopback, private,
+# link-local or reserved addresses are refused (server-side request forgery): a pasted
+# link must not reach the router or a cloud metadata service. 1 allows them (the tests'
+# server is on 127.0.0.1).
+VESTI_IMPORT_ALLOW_PRIVATE = os.environ.get("VESTI_IMPORT_ALLOW_PRIVATE", "") in ("1", "true")
+# Networks allowed all the same, comma-separated (an intranet wiki: "10.1.2.0/24").
+VESTI_IMPORT_ALLOW_NETWORKS = os.environ.get("VESTI_IMPORT_ALLOW_NETWORKS", "")
+# Politeness: requests at once to one host (counted by the urls spider itself: Scrapy
+# 2.19's CONCURRENT_REQUESTS_PER_DOMAIN lets queued requests through), and article pages
+# claimed at once in all (items claimed for a busy host wait, `extracting`, in the crawl).
+VESTI_IMPORT_CONCURRENCY_PER_HOST = 2
+VESTI_IMPORT_IN_FLIGHT = 8
+# Attempts per URL and crawl on 5xx, 408, 429, timeouts and connection errors; the n-th
+# retry waits VESTI_IMPORT_BACKOFF * 2**(n-1) seconds. Other 4xx fail at once.
+VESTI_IMPORT_MAX_ATTEMPTS = 3
+VESTI_IMPORT_BACKOFF = 2.0
+# A crawl's lease on its jobs, renewed every third of it. A killed crawl's jobs are taken
+# over when it runs out, or at once by a crawl on the same host that sees its process gone.
+VESTI_IMPORT_LEASE_SECONDS = 60
+
 LOG_LEVEL = os.environ.get("VESTI_LOG_LEVEL", "INFO")
 LOG_FORMATTER = "vesti_scrapy.logformatter.QuietDropsLogFormatter"
 # Items of one response processed at once. Our pipelines are synchronous, so more buys

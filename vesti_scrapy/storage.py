@@ -194,11 +194,160 @@ def _migrate_3_processing_queue(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX posts_claimed ON posts(lease_until) WHERE classified = -1")
 
 
+# --- full-text search over posts (the dashboard) -------------------------------------
+# What the search index holds of a text: unicode61 folds case and Latin diacritics but
+# keeps the Cyrillic yo (ё) apart from ie; readers type either, so both the index and the
+# queries (vesti_scrapy/web/queries.py) read yo as ie.
+def fts_text(expression: str) -> str:
+    return f"replace(replace({expression}, 'ё', 'е'), 'Ё', 'Е')"  # noqa: RUF001 (yo to ie)
+
+
+# The order of the dashboard's post list (index posts_newest); queries must spell it so.
+POSTS_NEWEST = "min(COALESCE(published_at, fetched_at), fetched_at)"
+
+
+def _migrate_posts_search(conn: sqlite3.Connection) -> None:
+    """The dashboard: full-text search (FTS5) over the title and text of every post, and
+    indexes for the queue cards (posts done today, failed posts) and the newest posts.
+
+    ``posts_fts`` is an external-content index whose content is the view
+    ``posts_fts_content`` (the posts' text as indexed, see :func:`fts_text`): it stores no
+    second copy of the texts. Triggers keep it in sync on insert, delete and on updates of
+    ``title`` or ``text`` only, so the queue's updates cost nothing. The posts already
+    stored are indexed here (``rebuild``), inside this migration's transaction.
+    """
+    conn.execute(
+        f"""CREATE VIEW posts_fts_content AS
+            SELECT id, {fts_text("title")} AS title, {fts_text("text")} AS text FROM posts"""
+    )
+    conn.execute(
+        """CREATE VIRTUAL TABLE posts_fts USING fts5(
+               title, text, content = 'posts_fts_content', content_rowid = 'id',
+               tokenize = 'unicode61 remove_diacritics 2')"""
+    )
+    insert = (
+        "INSERT INTO posts_fts (rowid, title, text) "
+        f"VALUES (new.id, {fts_text('new.title')}, {fts_text('new.text')});"
+    )
+    delete = (
+        "INSERT INTO posts_fts (posts_fts, rowid, title, text) "
+        f"VALUES ('delete', old.id, {fts_text('old.title')}, {fts_text('old.text')});"
+    )
+    conn.execute(f"CREATE TRIGGER posts_fts_insert AFTER INSERT ON posts BEGIN {insert} END")
+    conn.execute(f"CREATE TRIGGER posts_fts_delete AFTER DELETE ON posts BEGIN {delete} END")
+    conn.execute(
+        "CREATE TRIGGER posts_fts_update AFTER UPDATE OF title, text ON posts "
+        f"BEGIN {delete} {insert} END"
+    )
+    conn.execute("INSERT INTO posts_fts (posts_fts) VALUES ('rebuild')")
+    # "Done today" and "failed" on the dashboard: index seeks, not scans of every post.
+    conn.execute("CREATE INDEX posts_classified_at ON posts(classified_at)")
+    conn.execute("CREATE INDEX posts_failed ON posts(classified) WHERE classified = -2")
+    # The newest posts first without sorting them all: by publication time, never later
+    # than the fetch (a feed dated in the future does not stay on top).
+    conn.execute(f"CREATE INDEX posts_newest ON posts({POSTS_NEWEST})")
+
+
+# --- bulk URL imports (vesti_scrapy/imports.py) ----------------------------------------
+# An item's state and the job counter that counts it: the triggers below keep every
+# counter equal to the number of the job's items in its state, in the same statement as
+# the change, whoever makes it.
+IMPORT_ITEM_COUNTERS = {
+    "pending": "pending",
+    "extracting": "extracting",
+    "saved": "saved",
+    "duplicate": "duplicate",
+    "consent-wall": "warning",
+    "error": "error",
+    "cancelled": "cancelled",
+}
+IMPORT_JOB_STATUSES = ("queued", "running", "paused", "done", "cancelled")
+
+
+def _import_counter_updates(row: str, sign: str) -> str:
+    counts = ", ".join(
+        f"{column} = {column} {sign} ({row}.state = '{state}')"
+        for state, column in IMPORT_ITEM_COUNTERS.items()
+    )
+    return f"UPDATE import_jobs SET total = total {sign} 1, {counts} WHERE id = {row}.job_id;"
+
+
+def _migrate_imports(conn: sqlite3.Connection) -> None:
+    """Bulk URL imports: a job of pasted URLs and one item per URL, processed by
+    ``scrapy crawl urls`` under a lease on the job (``leased_by``/``leased_until``,
+    renewed by a heartbeat). ``rejected`` keeps the input lines refused at creation.
+
+    The job's counters (``total`` and one per item state; ``warning`` counts the
+    ``consent-wall`` items) are maintained by triggers on ``import_items``: always equal
+    to the items they count.
+    """
+    states = ", ".join(f"'{s}'" for s in IMPORT_ITEM_COUNTERS)
+    statuses = ", ".join(f"'{s}'" for s in IMPORT_JOB_STATUSES)
+    conn.execute(
+        f"""CREATE TABLE import_jobs (
+            id           INTEGER PRIMARY KEY,
+            created_at   TEXT NOT NULL,
+            status       TEXT NOT NULL DEFAULT 'queued' CHECK (status IN ({statuses})),
+            total        INTEGER NOT NULL DEFAULT 0,
+            pending      INTEGER NOT NULL DEFAULT 0,
+            extracting   INTEGER NOT NULL DEFAULT 0,
+            saved        INTEGER NOT NULL DEFAULT 0,
+            duplicate    INTEGER NOT NULL DEFAULT 0,
+            warning      INTEGER NOT NULL DEFAULT 0,  -- items in state consent-wall
+            error        INTEGER NOT NULL DEFAULT 0,
+            cancelled    INTEGER NOT NULL DEFAULT 0,
+            rejected     TEXT NOT NULL DEFAULT '[]',  -- input lines refused (JSON)
+            leased_by    TEXT,
+            leased_until TEXT,
+            started_at   TEXT,
+            finished_at  TEXT
+        )"""
+    )
+    conn.execute(
+        f"""CREATE TABLE import_items (
+            id              INTEGER PRIMARY KEY,
+            job_id          INTEGER NOT NULL REFERENCES import_jobs(id) ON DELETE CASCADE,
+            idx             INTEGER NOT NULL,
+            url             TEXT NOT NULL,
+            canonical_url   TEXT NOT NULL,
+            state           TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ({states})),
+            post_id         INTEGER REFERENCES posts(id) ON DELETE SET NULL,
+            warning         TEXT,
+            error           TEXT,
+            attempts        INTEGER NOT NULL DEFAULT 0,
+            last_attempt_at TEXT,
+            UNIQUE (job_id, idx)
+        )"""
+    )
+    # A job's items by state in input order (the next pending item; a page of items).
+    conn.execute("CREATE INDEX import_items_state ON import_items(job_id, state, idx)")
+    conn.execute("CREATE INDEX import_items_post ON import_items(post_id)")
+    conn.execute(
+        "CREATE INDEX import_jobs_runnable ON import_jobs(status) "
+        "WHERE status IN ('queued', 'running')"
+    )
+    conn.execute(
+        "CREATE TRIGGER import_items_insert AFTER INSERT ON import_items BEGIN "
+        f"{_import_counter_updates('NEW', '+')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER import_items_delete AFTER DELETE ON import_items BEGIN "
+        f"{_import_counter_updates('OLD', '-')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER import_items_update AFTER UPDATE OF state, job_id ON import_items "
+        "WHEN OLD.state IS NOT NEW.state OR OLD.job_id IS NOT NEW.job_id BEGIN "
+        f"{_import_counter_updates('OLD', '-')} {_import_counter_updates('NEW', '+')} END"
+    )
+
+
 # Ordered: MIGRATIONS[i] brings user_version i to i + 1. Append only.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1_initial,
     _migrate_2_polling,
     _migrate_3_processing_queue,
+    _migrate_posts_search,
+    _migrate_imports,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -532,12 +681,19 @@ class Store:
             args = (canonical_url, sha256)
         return self.conn.execute(sql + " LIMIT 1", args).fetchone() is not None
 
-    def write(self, posts: list[dict[str, Any]], results: list[FeedResult]) -> list[bool]:
+    def write(
+        self,
+        posts: list[dict[str, Any]],
+        results: list[FeedResult],
+        also: Callable[[sqlite3.Connection, list[int | None]], None] | None = None,
+    ) -> list[bool]:
         """Insert posts, then record feed results, in one transaction.
 
         Each post dict carries its ``source`` slug. A post another crawl stored meanwhile
         is skipped by the unique indexes. Returns, per post, whether it was inserted; a
-        result's ``new`` grows by the posts of its source inserted here.
+        result's ``new`` grows by the posts of its source inserted here. ``also`` runs in
+        the same transaction after the posts, with each post's new id (None when it was
+        already stored): imported URLs record their items' states there.
         """
         placeholders = ", ".join("?" for _ in POST_COLUMNS)
         insert = (
@@ -545,10 +701,14 @@ class Store:
             "ON CONFLICT DO NOTHING"
         )
         inserted: list[bool] = []
+        post_ids: list[int | None] = []
         with self._writing():
             for post in posts:
                 cursor = self.conn.execute(insert, [post[c] for c in POST_COLUMNS])
                 inserted.append(cursor.rowcount == 1)
+                post_ids.append(cursor.lastrowid if cursor.rowcount == 1 else None)
+            if also is not None:
+                also(self.conn, post_ids)
             for result in results:
                 result.new += sum(
                     1

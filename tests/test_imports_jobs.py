@@ -1,0 +1,371 @@
+"""Import jobs in SQLite without a crawl: creation, actions, leases, outcomes, counters,
+and the `import` / `jobs` commands."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vesti_scrapy import imports
+from vesti_scrapy.cli import main
+from vesti_scrapy.items import ImportOutcome
+from vesti_scrapy.storage import IMPORT_ITEM_COUNTERS, Store, connect, queue_stamp
+
+URLS = "\n".join(f"https://news.example/{n}" for n in range(5))
+
+
+def assert_counters_exact(db: Store | sqlite3.Connection | str | Path) -> None:
+    """Every job's counters equal the number of its items in each state."""
+    conn = db.conn if isinstance(db, Store) else db
+    if not isinstance(conn, sqlite3.Connection):
+        conn = sqlite3.connect(conn)
+    for job in conn.execute("SELECT * FROM import_jobs").fetchall():
+        job = dict(zip([d[0] for d in conn.execute("SELECT * FROM import_jobs").description],
+                       job, strict=True))  # fmt: skip
+        actual = dict.fromkeys(IMPORT_ITEM_COUNTERS.values(), 0)
+        for state, count in conn.execute(
+            "SELECT state, count(*) FROM import_items WHERE job_id = ? GROUP BY state",
+            (job["id"],),
+        ):
+            actual[IMPORT_ITEM_COUNTERS[state]] += count
+        expected = {column: job[column] for column in IMPORT_ITEM_COUNTERS.values()}
+        assert expected == actual, f"job {job['id']}"
+        assert job["total"] == sum(actual.values())
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    store = Store.open(tmp_path / "vesti.db")
+    yield store
+    assert_counters_exact(store)
+    store.close()
+
+
+def states(store: Store, job_id: int) -> list[str]:
+    return [
+        r[0]
+        for r in store.conn.execute(
+            "SELECT state FROM import_items WHERE job_id = ? ORDER BY idx", (job_id,)
+        )
+    ]
+
+
+def test_create_job_keeps_order_and_the_rejected_lines(store: Store) -> None:
+    raw = "https://a.example/1\nnope\nhttps://a.example/1?utm_source=x\nhttps://b.example/2\n"
+    job_id, _ = imports.create_job(store, raw)
+    assert job_id is not None
+    job = imports.get_job(store, job_id)
+    assert (job.status, job.total, job.pending, job.rejected) == ("queued", 2, 2, 2)
+    detail = imports.job_detail(store, job_id)
+    assert [i.url for i in detail.items] == ["https://a.example/1", "https://b.example/2"]
+    assert [i.idx for i in detail.items] == [0, 1]
+    assert [(r.line, r.text) for r in detail.rejected] == [
+        (2, "nope"),
+        (3, "https://a.example/1?utm_source=x"),
+    ]
+    assert detail.as_dict()["job"]["progress"] == 0.0
+    # The import source exists, disabled, and is not a registry source.
+    row = store.conn.execute(
+        "SELECT crawler, enabled FROM sources WHERE slug = 'import'"
+    ).fetchone()
+    assert tuple(row) == ("import", 0)
+
+
+def test_no_valid_url_creates_no_job(store: Store) -> None:
+    job_id, parsed = imports.create_job(store, "not a url\n\nftp://x.example/\n")
+    assert job_id is None
+    assert len(parsed.invalid) == 2
+    assert imports.list_jobs(store) == []
+
+
+def test_the_registry_sync_leaves_the_import_source_alone(store: Store) -> None:
+    imports.create_job(store, URLS)
+    store.sync_sources([])  # a registry without it
+    row = store.conn.execute("SELECT crawler FROM sources WHERE slug = 'import'").fetchone()
+    assert row["crawler"] == "import"
+    assert "import" in store.source_ids()
+
+
+def test_a_registry_source_named_import_is_a_clear_error(store: Store) -> None:
+    store.conn.execute(
+        "INSERT INTO sources (slug, name, crawler, direction) VALUES ('import', 'x', 'rss', 'tech')"
+    )
+    with pytest.raises(imports.StorageError, match="reserved for imported URLs"):
+        imports.create_job(store, URLS)
+
+
+def test_pause_resume_cancel_retry_delete(store: Store) -> None:
+    job_id, _ = imports.create_job(store, URLS)
+    assert imports.pause_job(store, job_id).status == "paused"
+    assert imports.resume_job(store, job_id).status == "queued"
+    job = imports.cancel_job(store, job_id)
+    assert (job.status, job.cancelled, job.pending) == ("cancelled", 5, 0)
+    assert job.finished_at is not None
+    with pytest.raises(imports.JobStateError, match="cancelled"):
+        imports.resume_job(store, job_id)
+    with pytest.raises(imports.JobStateError):
+        imports.retry_failed(store, job_id)
+    with pytest.raises(imports.JobStateError):
+        imports.pause_job(store, job_id)
+    assert imports.delete_job(store, job_id) == 5
+    with pytest.raises(imports.JobNotFound):
+        imports.get_job(store, job_id)
+    with pytest.raises(imports.JobNotFound):
+        imports.pause_job(store, 999)
+
+
+def run_items(store: Store, worker: str, outcomes: dict[int, str]) -> list[imports.ClaimedItem]:
+    """Claim every pending item and record ``outcomes`` (idx -> state) as the writer would."""
+    items = imports.claim_items(store, worker, 100)
+    with store._writing() as conn:
+        imports.record_outcomes(
+            conn,
+            [],
+            [],
+            [
+                ImportOutcome(i.id, worker, outcomes.get(i.idx, "error"), i.attempts, error="x")
+                for i in items
+                if i.idx in outcomes
+            ],
+        )
+    return items
+
+
+def store_post(store: Store, url: str) -> int:
+    store.conn.execute(
+        "INSERT INTO posts (source_id, url, canonical_url, sha256, fetched_at) "
+        "VALUES ((SELECT id FROM sources WHERE slug = 'import'), ?, ?, ?, 'now')",
+        (url, url, url),
+    )
+    return store.conn.execute("SELECT id FROM posts WHERE url = ?", (url,)).fetchone()[0]
+
+
+def test_claims_leases_and_outcomes(store: Store) -> None:
+    job_id, _ = imports.create_job(store, URLS)
+    assert imports.claim_jobs(store, "host:1:a", 60) == [job_id]
+    assert imports.claim_jobs(store, "host:2:b", 60) == []  # leased to a live crawl
+    assert imports.get_job(store, job_id).status == "running"
+    items = imports.claim_items(store, "host:1:a", 2)
+    assert [i.idx for i in items] == [0, 1]
+    assert all(i.attempts == 1 for i in items)
+    assert imports.claim_items(store, "host:2:b", 10) == []  # not its job
+    post = store_post(store, "https://news.example/0")
+    with store._writing() as conn:
+        imports.record_outcomes(
+            conn,
+            [{"outcome": ImportOutcome(items[0].id, "host:1:a", "saved", 1),
+              "canonical_url": "https://news.example/0", "sha256": "h", "substantive": 0}],
+            [post],
+            # another crawl's outcome for the same job records nothing
+            [ImportOutcome(items[1].id, "host:2:b", "error", 1, error="x")],
+        )  # fmt: skip
+    assert states(store, job_id) == ["saved", "extracting", "pending", "pending", "pending"]
+    assert imports.renew_leases(store, "host:1:a", 60) == {job_id: "running"}
+    # Paused: no new item is claimed, the one in flight still records.
+    imports.pause_job(store, job_id)
+    assert imports.claim_items(store, "host:1:a", 10) == []
+    with store._writing() as conn:
+        imports.record_outcomes(
+            conn, [], [], [ImportOutcome(items[1].id, "host:1:a", "error", 3, error="HTTP 500")]
+        )
+    assert imports.resume_job(store, job_id).status == "running"  # its crawl still holds it
+    run_items(store, "host:1:a", {2: "error", 3: "error", 4: "error"})
+    job = imports.get_job(store, job_id)
+    assert (job.status, job.saved, job.error, job.leased_by) == ("done", 1, 4, None)
+    detail = imports.job_detail(store, job_id, state="error")
+    assert detail.matching == 4 and detail.items[0].attempts == 3
+    assert imports.job_detail(store, job_id, state="saved").items[0].post_id == post
+    # retry-failed: errors back to pending, attempts reset, the job runnable again.
+    job, reset = imports.retry_failed(store, job_id)
+    assert (reset, job.status, job.pending, job.error) == (4, "queued", 4, 0)
+    assert imports.job_detail(store, job_id, state="pending").items[0].attempts == 0
+    # delete keeps the post
+    imports.delete_job(store, job_id)
+    assert store.conn.execute("SELECT count(*) FROM posts").fetchone()[0] == 1
+
+
+def test_duplicate_outcomes_link_the_stored_post(store: Store) -> None:
+    job_id, _ = imports.create_job(store, URLS)
+    post = store_post(store, "https://news.example/other")
+    imports.claim_jobs(store, "w:1:a", 60)
+    items = imports.claim_items(store, "w:1:a", 2)
+    with store._writing() as conn:
+        imports.record_outcomes(
+            conn,
+            [],
+            [],
+            [
+                ImportOutcome(items[0].id, "w:1:a", "duplicate", 1,
+                              canonical_url="https://news.example/other"),
+                # a dropped post whose original was never stored: an error, not a link
+                ImportOutcome(items[1].id, "w:1:a", "duplicate", 1,
+                              canonical_url="https://nowhere.example/", error="not stored: x"),
+            ],
+        )  # fmt: skip
+    rows = imports.job_detail(store, job_id).items
+    assert (rows[0].state, rows[0].post_id) == ("duplicate", post)
+    assert (rows[1].state, rows[1].error) == ("error", "not stored: x")
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_dead_crawl_is_taken_over_and_its_items_resume(store: Store) -> None:
+    job_id, _ = imports.create_job(store, URLS)
+    # A crawl on another host: its lease must run out first.
+    imports.claim_jobs(store, "elsewhere:1:a", 60)
+    imports.claim_items(store, "elsewhere:1:a", 3)
+    assert imports.claim_jobs(store, "me:1:b", 60) == []
+    store.conn.execute(
+        "UPDATE import_jobs SET leased_until = ? WHERE id = ?", (queue_stamp(0), job_id)
+    )
+    assert imports.claim_jobs(store, "me:1:b", 60) == [job_id]
+    assert states(store, job_id) == ["pending"] * 5
+    items = imports.claim_items(store, "me:1:b", 2)
+    assert [i.attempts for i in items] == [2, 2]  # the killed attempt counted
+    # A crawl on this host whose process is gone: taken over at once.
+    gone = f"{imports.socket.gethostname()}:{dead_pid()}:c"
+    store.conn.execute("UPDATE import_jobs SET leased_by = ? WHERE id = ?", (gone, job_id))
+    assert imports.holder_is_gone(gone)
+    assert not imports.holder_is_gone(f"{imports.socket.gethostname()}:{imports.os.getpid()}:d")
+    assert imports.claim_jobs(store, "me:1:e", 60) == [job_id]
+    assert states(store, job_id) == ["pending"] * 5
+    # A cancelled job's items left extracting by a dead crawl end cancelled.
+    imports.claim_items(store, "me:1:e", 1)
+    store.conn.execute(
+        "UPDATE import_jobs SET leased_until = ? WHERE id = ?", (queue_stamp(0), job_id)
+    )
+    job = imports.cancel_job(store, job_id)
+    assert (job.status, job.cancelled, job.extracting) == ("cancelled", 5, 0)
+
+
+def test_release_gives_back_unfinished_items(store: Store) -> None:
+    job_id, _ = imports.create_job(store, URLS)
+    imports.claim_jobs(store, "w:1:a", 60)
+    imports.claim_items(store, "w:1:a", 2)
+    imports.release_jobs(store, "w:1:a")
+    job = imports.get_job(store, job_id)
+    assert (job.status, job.pending, job.leased_by) == ("queued", 5, None)
+
+
+# --- counters: equal to the items whatever happens, by construction ------------------
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["create", "claim_jobs", "claim_items", "outcome", "pause", "resume", "cancel",
+             "retry", "delete", "expire", "release", "raw_state"]
+        ),
+        st.integers(0, 5),
+        st.sampled_from(imports.ITEM_STATES),
+    ),
+    max_size=40,
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(operations)
+def test_counters_always_equal_the_item_states(ops: list[tuple[str, int, str]]) -> None:
+    conn = connect(":memory:")
+    store = Store(conn)
+    jobs: list[int] = []
+    claimed: list[imports.ClaimedItem] = []
+    for op, n, state in ops:
+        job = jobs[n % len(jobs)] if jobs else None
+        try:
+            if op == "create" or job is None:
+                jobs.append(imports.create_job(store, f"{URLS}\nhttps://x.example/{n}")[0])
+            elif op == "claim_jobs":
+                imports.claim_jobs(store, "w:1:a", 60)
+            elif op == "claim_items":
+                claimed += imports.claim_items(store, "w:1:a", n)
+            elif op == "outcome" and claimed:
+                item = claimed.pop(n % len(claimed))
+                final = state if state in ("saved", "error", "duplicate") else "error"
+                with store._writing() as c:
+                    imports.record_outcomes(
+                        c, [], [], [ImportOutcome(item.id, "w:1:a", final, 1, error="e")]
+                    )
+            elif op in ("pause", "resume", "cancel", "retry", "delete"):
+                action = {
+                    "pause": imports.pause_job,
+                    "resume": imports.resume_job,
+                    "cancel": imports.cancel_job,
+                    "retry": imports.retry_failed,
+                    "delete": imports.delete_job,
+                }[op]
+                action(store, job)
+                if op == "delete":
+                    jobs.remove(job)
+            elif op == "expire":
+                conn.execute("UPDATE import_jobs SET leased_until = ?", (queue_stamp(0),))
+            elif op == "release":
+                imports.release_jobs(store, "w:1:a")
+            elif op == "raw_state":  # any writer, even one that bypasses this module
+                conn.execute(
+                    "UPDATE import_items SET state = ? WHERE id = "
+                    "(SELECT min(id) FROM import_items WHERE job_id = ?)",
+                    (state, job),
+                )
+        except imports.ImportJobError:
+            pass
+        assert_counters_exact(store)
+    conn.close()
+
+
+# --- command line ---------------------------------------------------------------------
+
+
+def test_import_and_jobs_commands(tmp_path: Path, capsys, monkeypatch) -> None:
+    db = str(tmp_path / "vesti.db")
+    urls = tmp_path / "urls.txt"
+    urls.write_text("https://a.example/1\nbad line here\nhttps://a.example/1#x\n")
+    assert main(["import", str(urls), "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "job 1: 1 URL(s) queued, 1 invalid, 1 duplicate(s) in the input" in out
+    assert "line 2: bad line here: contains spaces" in out
+    assert "line 3: https://a.example/1#x: duplicate of line 1" in out
+    assert "scrapy crawl urls -a job=1" in out
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("https://b.example/2\nhttps://b.example/3\n"))
+    assert main(["import", "-", "--db", db]) == 0
+    assert "job 2: 2 URL(s) queued" in capsys.readouterr().out
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("nothing\n"))
+    assert main(["import", "-", "--db", db]) == 1
+    assert "no valid URL" in capsys.readouterr().err
+
+    assert main(["jobs", "--db", db, "list"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert listing[1].split()[:2] == ["2", "queued"]
+    assert listing[2].split()[:2] == ["1", "queued"]
+
+    assert main(["jobs", "--db", db, "pause", "2"]) == 0
+    assert "job 2: paused" in capsys.readouterr().out
+    assert main(["jobs", "--db", db, "resume", "2"]) == 0
+    assert main(["jobs", "--db", db, "cancel", "2"]) == 0
+    assert "job 2: cancelled" in capsys.readouterr().out
+    assert main(["jobs", "--db", db, "resume", "2"]) == 1
+    assert "cancelled and cannot be resumed" in capsys.readouterr().err
+    assert main(["jobs", "--db", db, "retry-failed", "1"]) == 0
+    assert "0 failed item(s) back in the queue" in capsys.readouterr().out
+    assert main(["jobs", "--db", db, "show", "1"]) == 0
+    shown = capsys.readouterr().out
+    assert "job 1: queued, 0/1 done" in shown
+    assert "1 input line(s) rejected" not in shown and "2 input line(s) rejected" in shown
+    assert "    0 pending      https://a.example/1" in shown
+    assert main(["jobs", "--db", db, "delete", "1"]) == 0
+    assert "deleted with its 1 item(s); the stored posts stay" in capsys.readouterr().out
+    assert main(["jobs", "--db", db, "show", "1"]) == 1
+    assert "no import job 1" in capsys.readouterr().err
+    assert_counters_exact(db)
