@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO, Project, source_entry
@@ -69,6 +70,20 @@ def stored(project: Project) -> list[tuple[str, str]]:
     return sorted(project.query("SELECT canonical_url, sha256 FROM posts"))
 
 
+def processes_with_env(entry: str) -> list[int]:
+    """Processes whose environment holds ``entry``: a crawl's own and its pool's."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and entry.encode() in (proc / "environ").read_bytes().split(
+                b"\0"
+            ):
+                found.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
 def count_posts(project: Project) -> int:
     try:
         conn = sqlite3.connect(f"file:{project.db}?mode=ro", uri=True, timeout=5)
@@ -109,6 +124,11 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_crawl(site, tmp_path, kill_af
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
     assert count_posts(killed) < len(expected), "killed too late to test anything"
+    # The crawl's worker pool (fork server and workers) goes with it.
+    deadline = time.monotonic() + 10
+    while processes_with_env(f"VESTI_DB={killed.db}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with_env(f"VESTI_DB={killed.db}") == []
 
     killed.crawl(settings=SETTINGS)
     assert stored(killed) == expected
