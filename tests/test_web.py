@@ -468,7 +468,245 @@ def test_api_serves_the_same_data(client):
         "/api/queue",
         "/api/posts",
         "/api/runs",
+        "/api/imports",
+        "/api/imports/{id}",
     }
+
+
+# --- /imports ---------------------------------------------------------------------------------
+PASTED = f"""https://a.example/news/1
+{XSS}
+  https://b.example/story?id=2
+
+https://a.example/news/1?utm_source=feed
+ftp://files.example/x
+https://c.example/3
+"""
+
+
+@pytest.fixture
+def spawned(client) -> list[tuple[Path, int | None]]:
+    """The crawls "Import" would start (none is started)."""
+    calls: list[tuple[Path, int | None]] = []
+    client.app.state.spawn_crawl = lambda db, job_id=None: calls.append((db, job_id))
+    return calls
+
+
+def import_urls(client, text: str, **kwargs: Any):
+    token = csrf_of(client.get("/imports").text)
+    return client.post("/imports", data={"csrf": token, "urls": text}, **kwargs)
+
+
+def test_importing_pasted_urls_creates_a_job_and_starts_its_crawl(client, db, spawned):
+    page = client.get("/imports")
+    assert page.status_code == 200
+    assert '<a href="/imports" aria-current="page">Imports</a>' in page.text
+    assert '<textarea id="urls" name="urls"' in page.text and "No import jobs yet" in page.text
+
+    created = import_urls(client, PASTED, follow_redirects=False)
+    assert created.status_code == 303 and created.headers["location"] == "/imports/1"
+    assert spawned == [(db, 1)]
+    assert query(db, "SELECT url, state FROM import_items WHERE job_id = 1 ORDER BY idx") == [
+        ("https://a.example/news/1", "pending"),
+        ("https://b.example/story?id=2", "pending"),
+        ("https://c.example/3", "pending"),
+    ]
+
+    html = client.get("/imports/1").text
+    assert "Job 1: 3 URLs queued, 3 lines rejected (listed below); the crawl started." in html
+    assert '<meta http-equiv="refresh" content="3">' in html  # queued: it reloads
+    # The rejected lines, with their reasons, escaped.
+    assert XSS not in html
+    assert "<code>&lt;script&gt;alert(1)&lt;/script&gt;</code>" in html
+    assert "line 5</span> <code>https://a.example/news/1?utm_source=feed</code>" in html
+    assert "duplicate of line 1" in html
+    assert "only http and https URLs can be imported, not ftp:" in html
+    assert 'href="https://b.example/story?id=2" rel="noopener noreferrer"' in html
+    assert "Items 1\u20133 of 3" in html
+    # Queued: pause and cancel, not resume or retry.
+    assert re.search(r'aria-label="Pause job 1">', html)
+    assert re.search(r'disabled aria-label="Resume job 1">', html)
+    assert re.search(r'disabled aria-label="Retry failed job 1">', html)
+
+    listing = client.get("/imports").text
+    assert '<a href="/imports/1">Job 1</a>' in listing and "3 rejected" in listing
+    assert 'class="badge badge-queued">queued</span>' in listing
+    assert 'aria-label="0 of 3 finished"' in listing
+    # The list offers only what the status allows.
+    assert 'aria-label="Pause job 1"' in listing and "Resume job 1" not in listing
+    assert '<meta http-equiv="refresh"' not in listing  # never while one types
+
+
+def test_a_paste_without_a_valid_url_creates_no_job(client, db, spawned):
+    page = import_urls(client, f"{XSS}\nnot a url\n")
+    assert page.status_code == 422
+    assert "No line is a URL that can be imported" in page.text
+    assert XSS not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    assert "line 2</span> <code>not a url</code>" in page.text
+    assert query(db, "SELECT count(*) FROM import_jobs") == [(0,)]
+    assert spawned == []
+    empty = import_urls(client, "  \n")
+    assert empty.status_code == 422 and "Paste at least one URL" in empty.text
+
+
+def test_importing_needs_the_csrf_token(client, db, spawned):
+    client.get("/imports")
+    refused = client.post("/imports", data={"csrf": "forged", "urls": "https://a.example/1"})
+    assert refused.status_code == 403 and "form has expired" in refused.text
+    other_site = client.post(
+        "/imports",
+        data={"csrf": csrf_of(client.get("/imports").text), "urls": "https://a.example/1"},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert other_site.status_code == 403
+    assert query(db, "SELECT count(*) FROM import_jobs") == [(0,)] and spawned == []
+    assert client.get("/imports/1/pause").status_code == 405
+
+
+def finish(db: Path, job_id: int, states: dict[int, str]) -> None:
+    """Items by idx to a final state, as a crawl would (the triggers keep the counters)."""
+    conn = storage.connect(db)
+    try:
+        for idx, state in states.items():
+            error = "HTTP 404 Not Found <b>x</b>" if state == "error" else None
+            conn.execute(
+                "UPDATE import_items SET state = ?, error = ?, attempts = 1 "
+                "WHERE job_id = ? AND idx = ?",
+                (state, error, job_id, idx),
+            )
+        conn.execute(
+            "UPDATE import_jobs SET status = 'done', started_at = created_at, "
+            "finished_at = created_at WHERE id = ? AND pending = 0",
+            (job_id,),
+        )
+    finally:
+        conn.close()
+
+
+def test_job_actions_follow_the_status(client, db, spawned):
+    import_urls(client, PASTED)
+    html = client.get("/imports/1").text
+    token = csrf_of(html)
+
+    def act(action: str, expect: int = 303, **data: str):
+        response = client.post(
+            f"/imports/1/{action}", data={"csrf": token, **data}, follow_redirects=False
+        )
+        assert response.status_code == expect, response.text
+        return response
+
+    assert act("pause").headers["location"] == "/imports/1"
+    html = client.get("/imports/1").text
+    assert "Job 1 paused" in html and '<meta http-equiv="refresh"' not in html
+    assert 'aria-label="Resume job 1"' in html and 'disabled aria-label="Resume' not in html
+    spawned.clear()
+    assert act("resume", next="/imports").headers["location"] == "/imports"
+    assert spawned == [(db, 1)]  # queued again: a crawl is started for it
+    assert "Job 1 resumed. The crawl started." in client.get("/imports").text
+    # A forged token changes nothing.
+    forged = client.post("/imports/1/cancel", data={"csrf": "x"})
+    assert forged.status_code == 403
+    # An open redirect through "next" is not possible.
+    assert act("pause", next="https://evil.example/").headers["location"] == "/imports/1"
+    act("cancel")
+    assert query(db, "SELECT status, cancelled FROM import_jobs WHERE id = 1") == [("cancelled", 3)]
+    conflict = act("resume", expect=409)
+    assert "Not possible now" in conflict.text and "cannot be resumed" in conflict.text
+    assert "Traceback" not in conflict.text
+    assert '<a href="/imports/1">Back to job 1</a>' in conflict.text
+    assert client.post("/imports/1/explode", data={"csrf": token}).status_code == 404
+
+    # A done job with failures: retry-failed puts them back and starts a crawl.
+    import_urls(client, "https://x.example/1\nhttps://x.example/2\nhttps://x.example/3")
+    finish(db, 2, {0: "saved", 1: "error", 2: "duplicate"})
+    html = client.get("/imports/2").text
+    assert '<meta http-equiv="refresh"' not in html
+    assert "HTTP 404 Not Found &lt;b&gt;x&lt;/b&gt;" in html
+    assert re.search(r'aria-label="Retry failed job 2">Retry failed \(1\)', html)
+    assert re.search(r'disabled aria-label="Pause job 2">', html)
+    assert 'aria-label="3 of 3 finished, 1 saved, 1 duplicate, 1 error"' in html
+    assert client.get("/imports/2?state=error").text.count('class="row-error"') == 1
+    assert "Items 1\u20131 of 1 error" in client.get("/imports/2?state=error").text
+    assert client.get("/imports/2?state=nonsense").status_code == 200  # ignored
+    spawned.clear()
+    response = client.post("/imports/2/retry-failed", data={"csrf": token})
+    assert "Job 2: 1 failed URL to try again. The crawl started." in response.text
+    assert spawned == [(db, 2)]
+    assert query(db, "SELECT status, error, pending FROM import_jobs WHERE id = 2") == [
+        ("queued", 0, 1)
+    ]
+
+    deleted = client.post("/imports/2/delete", data={"csrf": token}, follow_redirects=False)
+    assert deleted.headers["location"] == "/imports"
+    assert "Job 2 deleted (3 items)" in client.get("/imports").text
+    assert query(db, "SELECT count(*) FROM import_items WHERE job_id = 2") == [(0,)]
+
+
+def test_a_missing_job_is_a_404(client, spawned):
+    page = client.get("/imports/99")
+    assert page.status_code == 404 and "No such import job" in page.text
+    assert (
+        "There is no import job 99" in page.text and '<a href="/imports">Imports</a>' in page.text
+    )
+    token = csrf_of(client.get("/imports").text)
+    assert client.post("/imports/99/pause", data={"csrf": token}).status_code == 404
+    assert client.post("/imports/99/delete", data={"csrf": token}).status_code == 404
+    api = client.get("/api/imports/99")
+    assert api.status_code == 404 and api.json()["error"] == "No such import job"
+
+
+def test_a_crawl_that_cannot_start_is_said(client, db):
+    def broken(db: Path, job_id: int | None = None) -> None:
+        raise OSError("no such file: scrapy")
+
+    client.app.state.spawn_crawl = broken
+    html = import_urls(client, "https://a.example/1").text
+    assert "Job 1: 1 URL queued, but the crawl could not be started (no such file: scrapy)" in html
+    assert query(db, "SELECT status FROM import_jobs") == [("queued",)]
+
+
+def test_imports_api_serves_the_same_data(client, db, spawned):
+    import_urls(client, PASTED)
+    import_urls(client, "https://x.example/1\nhttps://x.example/2")
+    finish(db, 2, {0: "saved", 1: "error"})
+    jobs = client.get("/api/imports").json()
+    assert [j["id"] for j in jobs["jobs"]] == [2, 1]
+    assert jobs["jobs"][0] | {"created_at": None, "started_at": None, "finished_at": None} == {
+        "id": 2,
+        "created_at": None,
+        "status": "done",
+        "total": 2,
+        "pending": 0,
+        "extracting": 0,
+        "saved": 1,
+        "duplicate": 0,
+        "warning": 0,
+        "error": 1,
+        "cancelled": 0,
+        "rejected": 0,
+        "leased_by": None,
+        "leased_until": None,
+        "started_at": None,
+        "finished_at": None,
+        "finished": 2,
+        "progress": 1.0,
+        "active": False,
+    }
+    assert jobs["has_more"] is False
+
+    one = client.get("/api/imports/1", params={"per_page": 2}).json()
+    assert one["job"]["status"] == "queued" and one["job"]["rejected"] == 3
+    assert [i["url"] for i in one["items"]] == [
+        "https://a.example/news/1",
+        "https://b.example/story?id=2",
+    ]
+    assert one["matching"] == 3 and one["has_more"] is True
+    assert one["next"] == "/api/imports/1?per_page=2&page=2"
+    assert XSS in [r["text"] for r in one["rejected"]]  # JSON carries the data as it is
+    rest = client.get(one["next"]).json()
+    assert [i["idx"] for i in rest["items"]] == [2] and rest["next"] is None
+    errors = client.get("/api/imports/2", params={"state": "error"}).json()
+    assert [i["error"] for i in errors["items"]] == ["HTTP 404 Not Found <b>x</b>"]
 
 
 # --- faults -----------------------------------------------------------------------------------
@@ -479,7 +717,7 @@ def test_a_storage_error_is_a_readable_503(tmp_path):
     conn.execute(f"PRAGMA user_version = {storage.SCHEMA_VERSION + 5}")
     conn.close()
     with TestClient(create_app(WebConfig(db=db))) as client:
-        for path in ("/", "/crawlers", "/runs"):
+        for path in ("/", "/crawlers", "/runs", "/imports", "/imports/1"):
             page = client.get(path)
             assert page.status_code == 503, path
             assert "The database cannot be used right now" in page.text
@@ -488,6 +726,7 @@ def test_a_storage_error_is_a_readable_503(tmp_path):
         api = client.get("/api/posts")
         assert api.status_code == 503
         assert "newer than" in api.json()["detail"]
+        assert client.get("/api/imports").status_code == 503
     # A database that is a directory: cannot be opened at all.
     (tmp_path / "dir.db").mkdir()
     with TestClient(create_app(WebConfig(db=tmp_path / "dir.db"))) as client:

@@ -2,8 +2,9 @@
 
 The app runs as `python -m vesti_scrapy web` on 127.0.0.1 and a free port, against a
 seeded database under tmp_path. The test opens /crawlers, sees the dead source, clicks
-"Reset dead" and sees it alive; it searches the posts page; it takes a screenshot of each
-page at phone and desktop widths (into tmp_path, and into docs/ when
+"Reset dead" and sees it alive; it searches the posts page; on /imports it pastes URLs
+served by the test's own server and watches the real background crawl finish the job; it
+takes a screenshot of each page at phone and desktop widths (into tmp_path, and into docs/ when
 VESTI_UPDATE_SCREENSHOTS=1, which is how the README's pictures are made).
 
 Playwright's own browser download cannot work here: the test launches /usr/bin/chromium
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import FIXTURES, REPO
 from test_web import XSS, seed_database
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -59,6 +60,8 @@ def dashboard(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("VESTI_WEB_TOKEN", "VESTI_SCRAPYD_URL")}
     env["VESTI_DB"] = str(db)
+    # The crawls "Import" starts may fetch the test's server on 127.0.0.1.
+    env["VESTI_IMPORT_ALLOW_PRIVATE"] = "1"
     log = (tmp_path / "web.log").open("wb")
     server = subprocess.Popen(
         [sys.executable, "-m", "vesti_scrapy", "web", "--port", str(port)],
@@ -156,3 +159,77 @@ def test_dashboard_in_a_browser(dashboard: str, tmp_path: Path):
         finally:
             browser.close()
     assert dialogs == [], f"a script from a feed ran: {dialogs}"
+
+
+def test_importing_urls_in_a_browser(dashboard: str, site, tmp_path: Path):
+    """Paste URLs, submit, and watch the job page reload itself until the real
+    `scrapy crawl urls` that the button started has finished the job."""
+    from playwright.sync_api import expect, sync_playwright
+
+    site_, server = site
+    site_.load_dir(FIXTURES / "site")
+    pasted = "\n".join(
+        [
+            server.url("/articles/linux-6-19-rc1.html"),
+            server.url("/articles/btrfs-scrub.html"),
+            "https://lwn.net/Articles/1/",  # already a post: a duplicate, not fetched
+            server.url("/articles/gone.html"),  # 404
+            server.url("/articles/btrfs-scrub.html#comments"),  # the same URL again
+            XSS,
+        ]
+    )
+    dialogs: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=DESKTOP)
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.goto(dashboard + "/imports")
+            expect(page.get_by_text("No import jobs yet.")).to_be_visible()
+            page.get_by_label("URLs, one a line").fill(pasted)
+            page.get_by_role("button", name="Import").click()
+
+            expect(page).to_have_url(dashboard + "/imports/1")
+            expect(page.get_by_role("status")).to_contain_text(
+                "Job 1: 4 URLs queued, 2 lines rejected (listed below); the crawl started."
+            )
+            rejected = page.locator(".rejected li")
+            expect(rejected).to_have_count(2)
+            expect(rejected.nth(0)).to_contain_text("duplicate of line 2")
+            expect(rejected.nth(1)).to_contain_text(XSS)  # as text
+
+            # The page reloads itself (meta refresh) until the crawl has done the job.
+            expect(page.locator("h1 .badge")).to_have_text("done", timeout=120_000)
+            expect(page.locator(".running")).to_have_count(0)
+            cards = page.locator(".cards .card")
+            expect(cards.filter(has_text="saved").locator(".n")).to_have_text("2")
+            expect(cards.filter(has_text="duplicate").locator(".n")).to_have_text("1")
+            expect(cards.filter(has_text="error").locator(".n")).to_have_text("1")
+            expect(page.locator(".bar-text")).to_contain_text("4/4")
+            states = page.locator("td[data-label=State]")
+            expect(states).to_have_text(["saved", "saved", "duplicate", "error"])
+            expect(page.locator("td[data-label='Warning / error']").nth(3)).to_contain_text(
+                "HTTP 404"
+            )
+            expect(page.locator("td[data-label=Post]").nth(0)).to_contain_text("#")
+            expect(page.get_by_role("button", name="Retry failed job 1")).to_be_enabled()
+            expect(page.get_by_role("button", name="Pause job 1")).to_be_disabled()
+
+            page.goto(dashboard + "/imports")
+            row = page.locator("tr", has=page.get_by_role("link", name="Job 1"))
+            expect(row.locator("[data-label=Status]")).to_have_text("done")
+            expect(row.locator(".bar-text")).to_contain_text("4/4")
+
+            for width, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
+                context = browser.new_context(
+                    viewport=viewport, device_scale_factor=2 if width == "phone" else 1
+                )
+                shot = context.new_page()
+                for path, name in (("/imports", "imports"), ("/imports/1", "import-job")):
+                    shot.goto(dashboard + path)
+                    expect(shot.locator("main h1")).to_be_visible()
+                    screenshot(shot, tmp_path, f"{name}-{width}", full_page=width == "desktop")
+                context.close()
+        finally:
+            browser.close()
+    assert dialogs == [], f"a script from the pasted text ran: {dialogs}"

@@ -31,7 +31,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from vesti_scrapy import scheduler
+from vesti_scrapy import imports, scheduler
+from vesti_scrapy.imports import ImportJobError, JobNotFound, JobStateError, JobSummary
 from vesti_scrapy.registry import DIRECTIONS
 from vesti_scrapy.scheduler import Outcome, ScrapydError
 from vesti_scrapy.storage import StorageError
@@ -65,6 +66,19 @@ logger = logging.getLogger("vesti.web")
 SCRAPYD_ENV = "VESTI_SCRAPYD_URL"
 POSTS_PER_PAGE = 30
 RUNS_PER_PAGE = 50
+JOBS_PER_PAGE = 30
+ITEMS_PER_PAGE = 100
+# The detail page of a job that is not finished reloads itself this often (seconds).
+IMPORT_REFRESH = 3
+IMPORT_ACTIONS = ("pause", "resume", "cancel", "retry-failed", "delete")
+# The progress bar's segments: a JobSummary counter and what it is called.
+IMPORT_BAR = (
+    ("saved", "saved"),
+    ("duplicate", "duplicate"),
+    ("warning", "consent wall"),
+    ("error", "error"),
+    ("cancelled", "cancelled"),
+)
 # Paths served without logging in.
 PUBLIC_PATHS = ("/login", "/static/")
 STATIC_TYPES = {"style.css": "text/css; charset=utf-8"}
@@ -164,6 +178,33 @@ def percent(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.0f}%"
 
 
+def progress_bar(job: JobSummary) -> list[tuple[str, str, int, int, int]]:
+    """The job's bar as SVG rectangles (the CSP allows no inline style): for each non-empty
+    segment, (class, label, count, x, width) on a 0-1000 scale of the total."""
+    segments, x = [], 0
+    for name, label in IMPORT_BAR:
+        count = getattr(job, name)
+        if count and job.total:
+            width = round(1000 * count / job.total)
+            segments.append((name, label, count, x, width))
+            x += width
+    return segments
+
+
+def allowed_actions(job: JobSummary) -> set[str]:
+    """The actions the job's status allows (the others are shown disabled)."""
+    allowed = {"delete"}
+    if job.status in ("queued", "running"):
+        allowed.add("pause")
+    if job.status == "paused":
+        allowed.add("resume")
+    if job.status in ("queued", "running", "paused"):
+        allowed.add("cancel")
+    if job.status != "cancelled" and job.error:
+        allowed.add("retry-failed")
+    return allowed
+
+
 def make_templates() -> Environment:
     # PackageLoader reads through the package's loader: a zip (egg) works too.
     env = Environment(
@@ -181,6 +222,8 @@ def make_templates() -> Environment:
         host=host,
         highlight=highlight,
         percent=percent,
+        progress_bar=progress_bar,
+        allowed_actions=allowed_actions,
         zip_self=lambda items: [(str(item), str(item)) for item in items],
     )
     return env
@@ -235,6 +278,8 @@ def create_app(config: WebConfig | None = None, launcher: Any = None) -> FastAPI
     app = FastAPI(title="vesti_scrapy dashboard", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.config = config
     app.state.launcher = launcher
+    # What "Import" calls to start `scrapy crawl urls` in the background (tests replace it).
+    app.state.spawn_crawl = imports.spawn_crawl
 
     def render(
         request: Request, name: str, context: dict[str, Any], status_code: int = 200
@@ -252,10 +297,17 @@ def create_app(config: WebConfig | None = None, launcher: Any = None) -> FastAPI
         html = templates.get_template(name).render({**base, **context})
         return HTMLResponse(html, status_code=status_code)
 
-    def error_page(request: Request, status: int, title: str, message: str) -> Response:
+    def error_page(
+        request: Request,
+        status: int,
+        title: str,
+        message: str,
+        back: tuple[str, str] | None = None,
+    ) -> Response:
         if _wants_json(request):
             return JSONResponse({"error": title, "detail": message}, status_code=status)
-        return render(request, "error.html", {"title": title, "message": message}, status)
+        context = {"title": title, "message": message, "back": back}
+        return render(request, "error.html", context, status)
 
     # --- guards: login, CSRF nonce, security headers -----------------------------------------
     @app.middleware("http")
@@ -332,6 +384,22 @@ def create_app(config: WebConfig | None = None, launcher: Any = None) -> FastAPI
     async def database_error(request: Request, exc: sqlite3.DatabaseError) -> Response:
         logger.error("Database error on %s: %s", request.url.path, exc)
         return error_page(request, 503, "The database cannot be used right now", str(exc))
+
+    @app.exception_handler(JobNotFound)
+    async def job_not_found(request: Request, exc: JobNotFound) -> Response:
+        message = f"There is {exc}: it was deleted, or never existed."
+        return error_page(request, 404, "No such import job", message, ("/imports", "Imports"))
+
+    @app.exception_handler(ImportJobError)
+    async def import_error(request: Request, exc: ImportJobError) -> Response:
+        # JobStateError: the job's status does not allow the action (409).
+        status = 409 if isinstance(exc, JobStateError) else 400
+        title = "Not possible now" if status == 409 else "Cannot do that"
+        job_id = request.path_params.get("job_id")
+        back = (
+            (f"/imports/{job_id}", f"Back to job {job_id}") if job_id else ("/imports", "Imports")
+        )
+        return error_page(request, status, title, f"{str(exc)[:1].upper()}{str(exc)[1:]}.", back)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -544,6 +612,156 @@ def create_app(config: WebConfig | None = None, launcher: Any = None) -> FastAPI
             },
         )
 
+    # --- /imports ------------------------------------------------------------------------------
+    def start_import_crawl(job_id: int) -> str | None:
+        """Start a background crawl of the job; None when started, else why not."""
+        try:
+            process = app.state.spawn_crawl(config.db, job_id)
+        except OSError as exc:
+            logger.error("Import job %s: the crawl could not be started: %s", job_id, exc)
+            return str(exc)
+        if process is not None and hasattr(process, "wait"):
+            # Reaped when it ends, however long it runs (no zombie, no warning).
+            threading.Thread(target=process.wait, name=f"reap-urls-{job_id}", daemon=True).start()
+        logger.info("Import job %s: crawl started (pid %s)", job_id, getattr(process, "pid", "?"))
+        return None
+
+    def jobs_page(page: int) -> tuple[list[JobSummary], bool]:
+        page, per_page = clamp_page(page, JOBS_PER_PAGE, JOBS_PER_PAGE)
+        jobs = imports.list_jobs(config.db, limit=per_page + 1, offset=(page - 1) * per_page)
+        return jobs[:per_page], len(jobs) > per_page
+
+    def imports_page(
+        request: Request,
+        page: int = 1,
+        text: str = "",
+        report: imports.ParsedUrls | None = None,
+        error: str | None = None,
+        status_code: int = 200,
+    ) -> Response:
+        page = max(1, page)
+        jobs, has_more = jobs_page(page)
+        return render(
+            request,
+            "imports.html",
+            {
+                "jobs": jobs,
+                "text": text,
+                "report": report,
+                "error": error,
+                "max_urls": imports.MAX_JOB_URLS,
+                "pages": _pager(request, Page([], page, JOBS_PER_PAGE, has_more)),
+            },
+            status_code,
+        )
+
+    @app.get("/imports", response_class=HTMLResponse)
+    def imports_list(request: Request, page: int = 1) -> Response:
+        return imports_page(request, page)
+
+    @app.post("/imports", response_class=HTMLResponse)
+    def imports_create(request: Request, csrf: str = Form(""), urls: str = Form("")) -> Response:
+        if refused := check_csrf(request, csrf):
+            return refused
+        try:
+            job_id, parsed = imports.create_job(config.db, urls)
+        except ImportJobError as exc:
+            return imports_page(request, text=urls, error=f"{exc}.", status_code=422)
+        if job_id is None:
+            error = (
+                "No line is a URL that can be imported: nothing was queued."
+                if parsed.rejected
+                else "Paste at least one URL (one a line)."
+            )
+            return imports_page(request, text=urls, report=parsed, error=error, status_code=422)
+        problem = start_import_crawl(job_id)
+        rejected = len(parsed.rejected)
+        text = (
+            f"Job {job_id}: {len(parsed.valid)} URL{'s' if len(parsed.valid) != 1 else ''} queued"
+        )
+        if rejected:
+            text += f", {rejected} line{'s' if rejected != 1 else ''} rejected (listed below)"
+        if problem:
+            flashes.put(
+                request.cookies.get(CSRF_COOKIE),
+                "error",
+                f"{text}, but the crawl could not be started ({problem}); "
+                "run `scrapy crawl urls` to process it.",
+            )
+        else:
+            flashes.put(request.cookies.get(CSRF_COOKIE), "ok", f"{text}; the crawl started.")
+        return RedirectResponse(f"/imports/{job_id}", status_code=303)
+
+    def item_state(state: str) -> str | None:
+        return state if state in imports.ITEM_STATES else None
+
+    def detail_of(job_id: int, state: str, page: int) -> tuple[imports.JobDetail, int]:
+        page, per_page = clamp_page(page, ITEMS_PER_PAGE, ITEMS_PER_PAGE)
+        detail = imports.job_detail(
+            config.db,
+            job_id,
+            state=item_state(state),
+            offset=(page - 1) * per_page,
+            limit=per_page,
+        )
+        return detail, page
+
+    @app.get("/imports/{job_id}", response_class=HTMLResponse)
+    def import_detail(request: Request, job_id: int, state: str = "", page: int = 1) -> Response:
+        detail, page = detail_of(job_id, state, page)
+        with Dashboard.open(config.db) as db:
+            posts = db.post_links([i.post_id for i in detail.items if i.post_id])
+        has_more = detail.offset + len(detail.items) < detail.matching
+        running = detail.job.status in ("queued", "running")
+        return render(
+            request,
+            "import.html",
+            {
+                "detail": detail,
+                "job": detail.job,
+                "posts": posts,
+                "states": imports.ITEM_STATES,
+                "pages": _pager(request, Page([], page, ITEMS_PER_PAGE, has_more)),
+                "refresh": IMPORT_REFRESH if running else None,
+            },
+        )
+
+    @app.post("/imports/{job_id}/{action}")
+    def import_action(
+        request: Request, job_id: int, action: str, csrf: str = Form(""), next: str = Form("")
+    ) -> Response:
+        if action not in IMPORT_ACTIONS:
+            raise StarletteHTTPException(404, f"There is no import action “{action}”.")
+        if refused := check_csrf(request, csrf):
+            return refused
+        back = next if next in ("/imports", f"/imports/{job_id}") else f"/imports/{job_id}"
+        kind, job = "ok", None
+        if action == "pause":
+            job = imports.pause_job(config.db, job_id)
+            text = f"Job {job_id} paused: no new URL is fetched; the ones in flight finish."
+        elif action == "resume":
+            job = imports.resume_job(config.db, job_id)
+            text = f"Job {job_id} resumed."
+        elif action == "cancel":
+            job = imports.cancel_job(config.db, job_id)
+            text = f"Job {job_id} cancelled: its pending URLs will not be fetched."
+        elif action == "retry-failed":
+            job, reset = imports.retry_failed(config.db, job_id)
+            text = f"Job {job_id}: {reset} failed URL{'s' if reset != 1 else ''} to try again."
+        else:
+            deleted = imports.delete_job(config.db, job_id)
+            text = f"Job {job_id} deleted ({deleted} items); the posts it stored stay."
+            back = "/imports"
+        if job is not None and job.status == "queued" and action in ("resume", "retry-failed"):
+            if problem := start_import_crawl(job_id):
+                kind = "error"
+                text += f" The crawl could not be started ({problem})."
+            else:
+                text += " The crawl started."
+        logger.info("Import job %s: %s", job_id, action)
+        flashes.put(request.cookies.get(CSRF_COOKIE), kind, text)
+        return RedirectResponse(back, status_code=303)
+
     # --- JSON ------------------------------------------------------------------------------------
     @app.get("/api")
     def api_index() -> dict[str, Any]:
@@ -554,6 +772,9 @@ def create_app(config: WebConfig | None = None, launcher: Any = None) -> FastAPI
                 "/api/posts": "posts, newest first; q, direction, source, status, sort, "
                 "page, per_page (up to 200)",
                 "/api/runs": "runs, newest first; status, source, trigger, page, per_page",
+                "/api/imports": "import jobs, newest first, with their counters; page",
+                "/api/imports/{id}": "one import job with its items and rejected lines; "
+                "state, page, per_page",
             }
         }
 
@@ -632,6 +853,34 @@ def create_app(config: WebConfig | None = None, launcher: Any = None) -> FastAPI
         for row in result.items:
             row["counted"] = bool(row["counted"])
         return _page_json(request, "runs", result.items, result)
+
+    @app.get("/api/imports")
+    def api_imports(request: Request, page: int = 1) -> dict[str, Any]:
+        page = max(1, page)
+        jobs, has_more = jobs_page(page)
+        result = Page([job.as_dict() for job in jobs], page, JOBS_PER_PAGE, has_more)
+        return _page_json(request, "jobs", result.items, result)
+
+    @app.get("/api/imports/{job_id}")
+    def api_import(
+        request: Request, job_id: int, state: str = "", page: int = 1, per_page: int = 100
+    ) -> dict[str, Any]:
+        page, per_page = clamp_page(page, per_page, ITEMS_PER_PAGE)
+        detail = imports.job_detail(
+            config.db,
+            job_id,
+            state=item_state(state),
+            offset=(page - 1) * per_page,
+            limit=per_page,
+        )
+        has_more = detail.offset + len(detail.items) < detail.matching
+        return {
+            **detail.as_dict(),
+            "page": page,
+            "per_page": per_page,
+            "has_more": has_more,
+            "next": _url_with(request, page=page + 1) if has_more else None,
+        }
 
     return app
 

@@ -158,6 +158,19 @@ class Dashboard:
                 ORDER BY {order} {direction} NULLS LAST, s.slug"""
         )
 
+    def post_links(self, ids: list[int]) -> dict[int, dict[str, Any]]:
+        """Posts by id (title, url, source): what an import job's items link to."""
+        ids = sorted({i for i in ids if i is not None})
+        if not ids:
+            return {}
+        marks = ", ".join("?" * len(ids))
+        rows = self._all(
+            f"""SELECT p.id, p.title, p.url, s.slug AS source FROM posts p
+                JOIN sources s ON s.id = p.source_id WHERE p.id IN ({marks})""",
+            ids,
+        )
+        return {row["id"]: row for row in rows}
+
     def source_choices(self) -> list[dict[str, Any]]:
         return self._all("SELECT slug, name, crawler, enabled FROM sources ORDER BY slug")
 
