@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install crawl test demo lint format clean
+.PHONY: install crawl test demo bench lint format clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ test: $(STAMP)
 # Serve tests/fixtures/site on 127.0.0.1 and crawl it into demo-data/ (offline).
 demo: $(STAMP)
 	$(BIN)/python -m vesti_scrapy demo
+
+# The crawl benchmark, a few minutes: ours against the floor and lemon24's reader on a
+# fixture site served on 127.0.0.1-16 (no internet needed); writes bench/results.md.
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
+		-r requirements-bench.txt -c requirements.txt
+	$(BIN)/python -m bench.run --sizes 200,1000 --million --out bench/results.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
