@@ -66,11 +66,10 @@ DOWNLOADER_MIDDLEWARES = {
 SPIDER_MIDDLEWARES = {
     # Article pages already fetched in a finished crawl are not fetched again.
     "vesti_scrapy.deltafetch.ArticleDeltaFetch": 100,
-    # Every callback output passes each of these. We keep no depth, send no Referer
-    # (article pages do not need to know which feed linked them) and copy no meta. And an
-    # article request dropped silently for its URL length would never report back to its
-    # feed, whose validators would then wait for it.
-    "scrapy.spidermiddlewares.referer.RefererMiddleware": None,
+    # Every callback output passes each of these. We keep no depth and copy no meta. And
+    # an article request dropped silently for its URL length would never report back to
+    # its feed, whose validators would then wait for it. (RefererMiddleware stays: without
+    # it RedirectMiddleware warns on every crawl.)
     "scrapy.spidermiddlewares.urllength.UrlLengthMiddleware": None,
     "scrapy.spidermiddlewares.depth.DepthMiddleware": None,
     "scrapy.spidermiddlewares.metacopy.MetaCopyDetectionMiddleware": None,
