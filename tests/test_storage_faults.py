@@ -178,7 +178,9 @@ def big_feed(count: int, size: int) -> str:
     return f'<rss version="2.0"><channel><title>big</title>{items}</channel></rss>'
 
 
-def test_disk_full_stops_the_crawl_clearly_and_keeps_what_was_stored(site, tmp_path, small_disk):
+@pytest.fixture
+def crawled_on_small_disk(site, tmp_path: Path, small_disk: Path) -> Project:
+    """A project whose data directory is on the small disk, after one crawl of 3 posts."""
     site_, server = site
     site_.load_dir(FIXTURES / "site")
     project = Project(tmp_path)
@@ -187,7 +189,12 @@ def test_disk_full_stops_the_crawl_clearly_and_keeps_what_was_stored(site, tmp_p
     project.write_sources([source_entry("linux", server.url("/linux.rss"))])
     project.crawl()
     assert project.query("SELECT count(*) FROM posts") == [(3,)]
+    return project
 
+
+def test_disk_full_stops_the_crawl_clearly_and_keeps_what_was_stored(site, crawled_on_small_disk):
+    site_, server = site
+    project = crawled_on_small_disk
     site_.put("/big.rss", big_feed(400, 4000))
     project.write_sources(
         [
@@ -209,14 +216,8 @@ def test_disk_full_stops_the_crawl_clearly_and_keeps_what_was_stored(site, tmp_p
     conn.close()
 
 
-def test_a_read_only_database_is_a_clear_error(site, tmp_path, small_disk):
-    site_, server = site
-    site_.load_dir(FIXTURES / "site")
-    project = Project(tmp_path)
-    (small_disk / "data").mkdir()
-    (tmp_path / "data").symlink_to(small_disk / "data")
-    project.write_sources([source_entry("linux", server.url("/linux.rss"))])
-    project.crawl()
+def test_a_read_only_database_is_a_clear_error(crawled_on_small_disk, small_disk):
+    project = crawled_on_small_disk
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
 
     result = project.crawl(check=False)
