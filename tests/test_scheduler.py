@@ -7,7 +7,6 @@ scrapyd side talks to a small fake scrapyd here (the real one is in test_scrapyd
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import shlex
@@ -17,14 +16,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import FIXTURES, REPO, Project, source_entry
+from fake_scrapyd import FakeScrapyd
 
 from vesti_scrapy import scheduler
 from vesti_scrapy.scheduler import Options, Outcome, ScrapydClient, ScrapydRunner
@@ -220,64 +218,6 @@ def test_only_the_newest_crawl_logs_are_kept(tmp_path):
 
 
 # --- scrapyd -----------------------------------------------------------------------------
-class FakeScrapyd(ThreadingHTTPServer):
-    """listjobs.json answers with ``jobs``; schedule.json records what it was sent and
-    queues the job as pending."""
-
-    daemon_threads = True
-
-    def __init__(self, port: int = 0) -> None:
-        super().__init__(("127.0.0.1", port), FakeScrapydHandler)
-        self.jobs: dict[str, list[dict[str, Any]]] = {"pending": [], "running": []}
-        self.scheduled: list[dict[str, list[str]]] = []
-        self.authorizations: list[str | None] = []
-        self.schedule_reply: dict[str, Any] = {"status": "ok", "jobid": "job-1"}
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/"
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self._thread.join()
-
-
-class FakeScrapydHandler(BaseHTTPRequestHandler):
-    server: FakeScrapyd
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _reply(self, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self.server.authorizations.append(self.headers.get("Authorization"))
-        assert self.path.startswith("/listjobs.json?project=")
-        self._reply({"status": "ok", "finished": [], **self.server.jobs})
-
-    def do_POST(self) -> None:
-        self.server.authorizations.append(self.headers.get("Authorization"))
-        assert self.path == "/schedule.json"
-        body = self.rfile.read(int(self.headers["Content-Length"])).decode()
-        fields = urllib.parse.parse_qs(body)
-        self.server.scheduled.append(fields)
-        reply = self.server.schedule_reply
-        if reply.get("status") == "ok":  # as scrapyd does: queued until a slot is free
-            self.server.jobs["pending"].append(
-                {"id": reply["jobid"], "spider": fields["spider"][0]}
-            )
-        self._reply(reply)
-
-
 @pytest.fixture
 def fake_scrapyd() -> Iterator[FakeScrapyd]:
     server = FakeScrapyd()

@@ -5,24 +5,21 @@ against the feed server on 127.0.0.1, and with a small fake scrapyd."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import FIXTURES, REPO, Project, source_entry
+from fake_scrapyd import FakeScrapyd
 from fastapi.testclient import TestClient
 
 from vesti_scrapy import scheduler, storage
@@ -958,75 +955,11 @@ def test_a_running_scheduled_crawl_counts_as_a_run_of_all(crawlable):
 
 
 # --- Run now: scrapyd --------------------------------------------------------------------------
-class FakeScrapyd:
-    """listjobs.json and schedule.json; a scheduled job stays pending until told."""
-
-    def __init__(self) -> None:
-        self.pending: list[dict[str, Any]] = []
-        self.running: list[dict[str, Any]] = []
-        self.scheduled: list[dict[str, list[str]]] = []
-        self.lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def reply(self, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                with fake.lock:
-                    self.reply(
-                        {
-                            "status": "ok",
-                            "pending": fake.pending,
-                            "running": fake.running,
-                            "finished": [],
-                        }
-                    )
-
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                fields = urllib.parse.parse_qs(self.rfile.read(length).decode())
-                with fake.lock:
-                    job = f"job{len(fake.scheduled) + 1}"
-                    fake.scheduled.append(fields)
-                    args = {
-                        k: v[0]
-                        for k, v in fields.items()
-                        if k not in ("project", "spider", "setting")
-                    }
-                    fake.pending.append({"id": job, "spider": fields["spider"][0], "args": args})
-                self.reply({"status": "ok", "jobid": job})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def start_all(self) -> None:
-        """scrapyd starts every pending job; running jobs show no arguments."""
-        with self.lock:
-            for job in self.pending:
-                self.running.append({"id": job["id"], "spider": job["spider"], "pid": 4242})
-            self.pending = []
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def scrapyd() -> Iterator[FakeScrapyd]:
     fake = FakeScrapyd()
     yield fake
-    fake.close()
+    fake.stop()
 
 
 def test_run_now_on_scrapyd_keeps_one_job_per_scope(db, scrapyd, monkeypatch):
@@ -1035,32 +968,32 @@ def test_run_now_on_scrapyd_keeps_one_job_per_scope(db, scrapyd, monkeypatch):
     with TestClient(create_app(config)) as client:
         token = csrf_of(client.get("/crawlers").text)
         first = client.post("/crawlers/run", data={"csrf": token})
-        assert "queued on scrapyd as job job1" in first.text
+        assert "queued on scrapyd as job job-1" in first.text
         assert scrapyd.scheduled[0] == {
             "project": ["vesti_scrapy"],
             "spider": ["feeds"],
             "trigger": ["dashboard"],
             "setting": ["VESTI_DB=/srv/vesti.db"],
         }
-        assert "scrapyd job job1 (pending)" in first.text
+        assert "scrapyd job job-1 (pending)" in first.text
         assert "already running" in client.post("/crawlers/run", data={"csrf": token}).text
 
         one = client.post("/crawlers/run", data={"csrf": token, "source": "lwn"})
-        assert "queued on scrapyd as job job2" in one.text
+        assert "queued on scrapyd as job job-2" in one.text
         assert scrapyd.scheduled[1]["source"] == ["lwn"]
         scrapyd.start_all()  # running jobs have no arguments in listjobs.json
         page = client.get("/crawlers").text
         assert 'badge-running">running</span>' in page
         again = client.post("/crawlers/run", data={"csrf": token, "source": "lwn"})
-        assert "already running (scrapyd job job2 (running)" in again.text
+        assert "already running (scrapyd job job-2 (running)" in again.text
         other = client.post("/crawlers/run", data={"csrf": token, "source": "verge"})
-        assert "queued on scrapyd as job job3" in other.text
+        assert "queued on scrapyd as job job-3" in other.text
         assert len(scrapyd.scheduled) == 3
 
 
 def test_a_scheduled_scrapyd_job_counts_as_a_run_of_all(db, scrapyd, monkeypatch):
     monkeypatch.setattr(launching, "SCRAPYD_CACHE_SECONDS", 0.0)
-    scrapyd.running.append({"id": "sched1", "spider": "feeds", "pid": 1})
+    scrapyd.jobs["running"].append({"id": "sched1", "spider": "feeds", "pid": 1})
     with TestClient(create_app(WebConfig(db=db, scrapyd=scrapyd.url))) as client:
         token = csrf_of(client.get("/crawlers").text)
         assert "already running" in client.post("/crawlers/run", data={"csrf": token}).text
