@@ -1,0 +1,92 @@
+"""The worker pool that parses and extracts off the reactor (vesti_scrapy/cpu.py), driven
+on an asyncio loop as the crawl drives it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import pytest
+
+from vesti_scrapy.cpu import CpuPool, RemoteTraceback
+
+# Functions the workers run: module-level, so that they pickle by name.
+
+
+def _pid_and_echo(payload: bytes) -> tuple[int, bytes]:
+    return os.getpid(), payload
+
+
+def _reject(value: str) -> None:
+    raise ValueError(f"cannot take {value!r}")
+
+
+def _exit_in_worker(crawl_pid: int) -> str:
+    if os.getpid() != crawl_pid:
+        os._exit(3)  # a worker killed mid-job (out of memory, say)
+    return "inline"
+
+
+async def _with_pool(workers: int, body):
+    pool = CpuPool(workers)
+    pool.spider_opened(None)
+    try:
+        return await body(pool), pool
+    finally:
+        pool.spider_closed(None)
+
+
+def test_jobs_run_in_other_processes_and_answers_keep_their_order():
+    big = os.urandom(3 * 1024 * 1024)  # several pipe-fulls, several reads
+
+    async def body(pool):
+        payloads = [str(i).encode() * i for i in range(60)] + [big]
+        return await asyncio.gather(*(pool.run(_pid_and_echo, p) for p in payloads)), payloads
+
+    (answers, payloads), pool = asyncio.run(_with_pool(2, body))
+    assert [payload for _, payload in answers] == payloads
+    pids = {pid for pid, _ in answers}
+    assert os.getpid() not in pids
+    assert len(pids) == 2  # both workers got work
+    assert not pool._running
+
+
+def test_an_exception_in_a_worker_is_raised_in_the_crawl_with_its_traceback():
+    async def body(pool):
+        with pytest.raises(ValueError, match="cannot take 'x'") as raised:
+            await pool.run(_reject, "x")
+        # The pool goes on working after a job failed.
+        return raised.value, await pool.run(_pid_and_echo, b"after")
+
+    (error, (pid, echoed)), _ = asyncio.run(_with_pool(1, body))
+    assert isinstance(error.__cause__, RemoteTraceback)
+    assert "_reject" in str(error.__cause__)
+    assert pid != os.getpid() and echoed == b"after"
+
+
+def test_a_dead_worker_leaves_the_rest_of_the_crawl_to_the_crawl_process(caplog):
+    caplog.set_level(logging.ERROR, logger="vesti_scrapy.cpu")
+
+    async def body(pool):
+        await pool.run(_pid_and_echo, b"start")
+        workers = [w.process for w in pool._running]
+        died = await pool.run(_exit_in_worker, os.getpid())
+        after = await pool.run(_pid_and_echo, b"next")
+        return died, after, workers
+
+    (died, (pid, _), workers), _ = asyncio.run(_with_pool(2, body))
+    assert died == "inline"  # the job the worker died on was done here
+    assert pid == os.getpid()  # and so is every job after it
+    assert len(workers) == 2
+    assert not any(process.is_alive() for process in workers)  # the other one stopped too
+    assert "A worker process died" in caplog.text
+    assert "exit code 3" in caplog.text
+
+
+def test_no_workers_means_inline():
+    async def body(pool):
+        return await pool.run(_pid_and_echo, b"x")
+
+    (pid, _), _ = asyncio.run(_with_pool(0, body))
+    assert pid == os.getpid()
