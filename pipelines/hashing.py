@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vesti_scrapy.items import PostItem
-from vesti_scrapy.text import canonical_text, text_sha256
+from vesti_scrapy.text import canonical_text, sha256_of_canonical
 
 if TYPE_CHECKING:
     from typing import Self
@@ -24,6 +24,7 @@ class TextHashPipeline:
 
     def process_item(self, item: object) -> object:
         if isinstance(item, PostItem):
-            item.sha256 = text_sha256(item.text)
-            item.substantive = len(canonical_text(item.text)) >= self.substantive_chars
+            canonical = canonical_text(item.text)
+            item.sha256 = sha256_of_canonical(canonical)
+            item.substantive = len(canonical) >= self.substantive_chars
         return item

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -32,7 +34,15 @@ class SQLiteWriterPipeline:
     Imported URLs (the urls spider) work alike: an item's :class:`ImportOutcome` rides on
     its post and is recorded in the post's transaction; an outcome without a post (an
     error; a post the dedup pipeline dropped) is buffered behind the posts.
+
+    Transactions run on a thread of their own. SQLite does its work there (the indexes,
+    the full-text index, checkpoints) without holding the GIL, so the reactor goes on
+    downloading and handing pages to the worker processes meanwhile. One thread, so
+    batches commit in the order they were cut; when ``MAX_PENDING_WRITES`` batches wait,
+    ``process_item`` waits for the oldest.
     """
+
+    MAX_PENDING_WRITES = 2
 
     def __init__(self, crawler: Crawler, db_path: str, batch_size: int, dead_after: int) -> None:
         self.crawler = crawler
@@ -44,13 +54,17 @@ class SQLiteWriterPipeline:
         # feed's validators get stored after posts that were lost with the failed batch.
         self.failure: StorageError | None = None
         self.store: Store | None = None
+        # The store's connection lives on this thread (and only there).
+        self.writer: ThreadPoolExecutor | None = None
+        self.writes: deque[asyncio.Future[tuple[int, int] | None]] = deque()
         self.source_ids: dict[str, int] = {}
         self.buffer: list[dict[str, Any]] = []
         self.results: list[FeedResult] = []
         # Feeds that failed to connect, and whether any feed of this crawl answered.
         self.unreachable: list[FeedResult] = []
         self.reached_any = False
-        # Posts of a feed committed in earlier batches, not yet counted in its result.
+        # Posts of a feed committed in earlier batches, not yet counted in its result
+        # (used on the writer thread only).
         self.committed_new: Counter[str] = Counter()
         # Imported URLs' outcomes that have no post to ride on.
         self.outcomes: list[ImportOutcome] = []
@@ -70,29 +84,31 @@ class SQLiteWriterPipeline:
         return pipeline
 
     def open_spider(self) -> None:
-        self.store = Store.open(self.db_path, dead_after_errors=self.dead_after)
-        self.source_ids = self.store.source_ids()
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="vesti-sqlite")
+        store = self.writer.submit(Store.open, self.db_path, dead_after_errors=self.dead_after)
+        self.store = store.result()
+        self.source_ids = self.writer.submit(self.store.source_ids).result()
 
-    def close_spider(self) -> None:
-        if self.store is None:
+    async def close_spider(self) -> None:
+        if self.store is None or self.writer is None:
             return
         try:
             if self.failure is None:
                 self._record_unreachable()
                 self._flush()
-        except StorageError as exc:
-            self._fail(exc)
+            # Their outcome (a storage failure among them) is handled by _written.
+            await asyncio.gather(*self.writes, return_exceptions=True)
         finally:
-            self.store.close()
+            await asyncio.get_running_loop().run_in_executor(self.writer, self.store.close)
+            self.writer.shutdown()
 
-    def process_item(self, item: object) -> object:
+    async def process_item(self, item: object) -> object:
         if self.failure is not None:
             raise DropItem("Not stored: the database failed earlier in this crawl")
-        try:
-            return self._store(item)
-        except StorageError as exc:
-            self._fail(exc)
-            raise DropItem(f"Not stored: {exc}") from exc
+        self._store(item)
+        while len(self.writes) > self.MAX_PENDING_WRITES:
+            await asyncio.wait([self.writes[0]])
+        return item
 
     def item_dropped(self, item: Any, exception: BaseException) -> None:
         """An imported URL's post dropped (as a duplicate) still records its item: linked
@@ -105,10 +121,7 @@ class SQLiteWriterPipeline:
         outcome.sha256 = item.sha256 if item.substantive else None
         outcome.error = f"not stored: {exception}"  # kept only if no such post exists
         self.outcomes.append(outcome)
-        try:
-            self._flush_if_full()
-        except StorageError as exc:
-            self._fail(exc)
+        self._flush_if_full()
 
     def _record_unreachable(self) -> None:
         """Connection failures count against their feeds, unless every feed of the crawl
@@ -157,28 +170,63 @@ class SQLiteWriterPipeline:
             self._flush()
 
     def _flush(self) -> None:
+        """Hand what is buffered to the writer thread, as one transaction."""
         if not self.buffer and not self.results and not self.outcomes:
             return
-        assert self.store is not None
+        assert self.writer is not None
         posts, self.buffer = self.buffer, []
         results, self.results = self.results, []
         outcomes, self.outcomes = self.outcomes, []
+        loop = asyncio.get_running_loop()
+        write = loop.run_in_executor(self.writer, self._write, posts, results, outcomes)
+        write.add_done_callback(self._written)
+        self.writes.append(write)
+
+    def _write(
+        self, posts: list[dict[str, Any]], results: list[FeedResult], outcomes: list[ImportOutcome]
+    ) -> tuple[int, int] | None:
+        """On the writer thread: one transaction; (inserted, conflicting) posts.
+
+        After a failed batch nothing more is written (None), so that no feed's
+        validators are stored after posts that were lost with that batch.
+        """
+        if self.failure is not None or self.store is None:
+            return None
         for result in results:
             result.new = self.committed_new.pop(result.source, 0)
         imported = outcomes or any(post["outcome"] is not None for post in posts)
-        inserted = self.store.write(
-            posts,
-            results,
-            also=(lambda conn, ids: record_outcomes(conn, posts, ids, outcomes))
-            if imported
-            else None,
-        )
+        try:
+            inserted = self.store.write(
+                posts,
+                results,
+                also=(lambda conn, ids: record_outcomes(conn, posts, ids, outcomes))
+                if imported
+                else None,
+            )
+        except StorageError as exc:
+            self.failure = exc
+            raise
         new_by_source = Counter(p["source"] for p, new in zip(posts, inserted, strict=True) if new)
-        self.stats.inc_value("sqlite/posts_inserted", sum(new_by_source.values()))
-        self.stats.inc_value("sqlite/posts_conflict", len(posts) - sum(new_by_source.values()))
+        new = sum(new_by_source.values())
         for result in results:
             new_by_source.pop(result.source, None)  # counted in result.new by the store
         self.committed_new.update(new_by_source)
+        return new, len(posts) - new
+
+    def _written(self, write: asyncio.Future[tuple[int, int] | None]) -> None:
+        self.writes.remove(write)
+        exc = write.exception()
+        if isinstance(exc, StorageError):
+            self._fail(exc)
+            return
+        if exc is not None:
+            logger.error("Writing a batch failed", exc_info=exc)
+            self.failure = StorageError(str(exc))
+            return
+        counts = write.result()
+        if counts is not None:
+            self.stats.inc_value("sqlite/posts_inserted", counts[0])
+            self.stats.inc_value("sqlite/posts_conflict", counts[1])
 
 
 def _post_row(item: PostItem, source_id: int) -> dict[str, Any]:

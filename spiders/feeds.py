@@ -201,8 +201,9 @@ class FeedsSpider(scrapy.Spider):
         result.ttl_seconds = feed.ttl * 60 if feed.ttl else None
         progress = _FeedProgress(result)
         self._feeds[source.slug] = progress
+        fetched_at = utcnow()
         for entry in feed.entries:
-            post = self._post(source, entry)
+            post = self._post(source, entry, fetched_at)
             if post is None:
                 continue
             article = self._article_request(entry, post)
@@ -250,7 +251,7 @@ class FeedsSpider(scrapy.Spider):
         return self._feeds.pop(slug).result
 
     # --- entries -------------------------------------------------------------------
-    def _post(self, source: Source, entry: Entry) -> PostItem | None:
+    def _post(self, source: Source, entry: Entry, fetched_at: str) -> PostItem | None:
         if entry.link:
             url = entry.link
         elif entry.entry_id:
@@ -267,7 +268,7 @@ class FeedsSpider(scrapy.Spider):
             url=url,
             title=entry.title,
             text=entry.text,
-            fetched_at=utcnow(),
+            fetched_at=fetched_at,
             direction=source.direction,
             lang=source.lang,
             author=entry.author,

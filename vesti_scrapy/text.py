@@ -94,4 +94,8 @@ def canonical_text(text: str) -> str:
 
 
 def text_sha256(text: str) -> str:
-    return hashlib.sha256(canonical_text(text).encode("utf-8")).hexdigest()
+    return sha256_of_canonical(canonical_text(text))
+
+
+def sha256_of_canonical(canonical: str) -> str:
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
