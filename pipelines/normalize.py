@@ -5,9 +5,12 @@ from vesti_scrapy.urls import normalize_url
 
 
 class NormalizeUrlPipeline:
-    """Sets ``canonical_url``: tracking parameters and fragment gone, host lower-cased."""
+    """Sets ``canonical_url``: tracking parameters and fragment gone, host lower-cased.
+
+    The feeds spider sets it already (it looks entries up by it before yielding them).
+    """
 
     def process_item(self, item: object) -> object:
-        if isinstance(item, PostItem):
+        if isinstance(item, PostItem) and not item.canonical_url:
             item.canonical_url = normalize_url(item.url)
         return item

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from conftest import FIXTURES, Project, source_entry
 
 from vesti_scrapy.devserver import Site, SiteServer
@@ -97,7 +99,7 @@ def test_second_crawl_is_conditional_and_third_stores_only_new_entries(site, pro
     </item>
     """
     site_.put("/linux.rss", feed.replace("<item>", new_item + "<item>", 1))
-    project.crawl()
+    third = project.crawl()
     after = posts(project)
     assert set(after) - set(before) == {f"{server.base_url}/articles/new-syscall.html"}
     assert project.query(
@@ -106,5 +108,6 @@ def test_second_crawl_is_conditional_and_third_stores_only_new_entries(site, pro
     assert project.query("SELECT new FROM runs WHERE name = 'rss:linux-sample' ORDER BY id")[
         -1
     ] == (1,)
-    # Entries already fetched are not fetched again.
+    # Entries already fetched are not fetched again; the summary counts them as duplicates.
     assert site_.hits("/articles/linux-6-19-rc1.html") == {200: 1}
+    assert re.search(r"linux-sample\s+ok\s+4\s+1\s+3\s", third.stderr)

@@ -47,7 +47,7 @@ class CrawlSummary:
             return
         lines = [f"{'source':<24} {'status':<13} {'fetched':>7} {'new':>5} {'dup':>5}  error"]
         for r in sorted(self.results, key=lambda r: r.source):
-            dup = self.duplicates[r.source]
+            dup = self.duplicates[r.source] + r.known
             lines.append(
                 f"{r.source:<24} {r.status:<13} {r.fetched:>7} {r.new:>5} {dup:>5}  {r.error or ''}"
             )

@@ -63,6 +63,8 @@ class FeedResult:
     url: str = ""  # the URL requested
     fetched: int = 0
     new: int = 0
+    # Entries skipped because a post with their canonical URL was stored before.
+    known: int = 0
     error: str | None = None
     # connection (DNS, refused, timeout) | http | gone (410) | parse
     error_kind: str | None = None

@@ -669,6 +669,16 @@ class Store:
         return (row["etag"], row["modified"]) if row else (None, None)
 
     # --- posts -----------------------------------------------------------------------
+    def stored_urls(self, canonical_urls: list[str]) -> set[str]:
+        """Those of these canonical URLs that a stored post has."""
+        stored: set[str] = set()
+        for start in range(0, len(canonical_urls), 500):  # under SQLite's variable limit
+            chunk = canonical_urls[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            sql = f"SELECT canonical_url FROM posts WHERE canonical_url IN ({marks})"
+            stored.update(row[0] for row in self.conn.execute(sql, chunk))
+        return stored
+
     def is_stored(self, canonical_url: str, sha256: str | None) -> bool:
         """Whether a post with this canonical URL (or substantive text hash) exists."""
         if sha256 is None:
