@@ -3,8 +3,9 @@ deltafetch index: no crash, no lost or doubled post, and both crawls' article ke
 
 from __future__ import annotations
 
-import dbm
+import sqlite3
 import subprocess
+from contextlib import closing
 
 from conftest import REPO, source_entry
 
@@ -62,8 +63,8 @@ def test_two_crawls_at_once_lose_nothing(site, project):
     assert project.query("SELECT count(*) FROM posts WHERE content_type = 'article'") == [
         (2 * PER_FEED,)
     ]
-    with dbm.open(str(project.db.parent / "deltafetch" / "feeds.db"), "r") as index:
-        keys = {key.decode() for key in index.keys()}  # noqa: SIM118 (gdbm has no __iter__)
+    with closing(sqlite3.connect(project.db.parent / "deltafetch" / "feeds.sqlite")) as index:
+        keys = {key.decode() for (key,) in index.execute("SELECT key FROM fetched")}
     assert keys == {f"{server.base_url}/{d}/{n}.html" for d in DIRECTIONS for n in range(PER_FEED)}
 
     # Both feeds change; their old entries' article pages are not fetched again.
