@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import gc
 import logging
 import multiprocessing
 import pickle
@@ -76,6 +77,9 @@ def _work(jobs: Connection, results: Connection) -> None:
     """A worker: answer jobs in order until the crawl closes its end of the job pipe."""
     # Ctrl-C reaches the whole process group; the crawl itself decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The modules inherited from the fork server stay for the worker's life: frozen, the
+    # collector neither re-scans them nor touches (and so copies) their shared pages.
+    gc.freeze()
     while True:
         try:
             fn, args = pickle.loads(jobs.recv_bytes())

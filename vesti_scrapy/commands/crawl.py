@@ -4,6 +4,7 @@ registry, an unusable database) as one clean line on stderr, without a traceback
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 from typing import TYPE_CHECKING
@@ -32,6 +33,10 @@ class Command(ScrapyCrawlCommand):
         crawler = self._create_crawler(args[0])
         task = self.crawler_process.crawl(crawler, **opts.spargs)
         task.add_done_callback(self._report)
+        # What was imported and built so far (Scrapy, Twisted, our registry) lives as long
+        # as the process: out of the collector's sight, its full passes stop re-scanning
+        # it. Measured: 12% of a crawl of 304s, 4% of an inline cold crawl's CPU.
+        gc.freeze()
         self.crawler_process.start()
         if self.crawler_process.bootstrap_failed and not self.exitcode:
             self.exitcode = 1
