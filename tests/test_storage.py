@@ -401,3 +401,21 @@ def test_runs_point_at_their_source(store: Store):
     assert row[0] == "phoronix"
     assert row[1] == "manual"
     assert row[2]
+
+
+def test_dedup_lookups_seek_indexes_and_inserts_feed_no_redundant_one(tmp_path: Path) -> None:
+    """Each stored post costs a page of every index it is in: the posts table keeps no
+    index that no lookup uses, and the dedup lookups are seeks, not scans."""
+    with connect(tmp_path / "v.db") as conn:
+        plan = " ".join(
+            row[3]
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT 1 FROM posts WHERE canonical_url = ? "
+                "UNION ALL SELECT 1 FROM posts WHERE sha256 = ? AND substantive = 1",
+                ("https://a.example/1", "0" * 64),
+            )
+        )
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(posts)")}
+    assert "SCAN" not in plan
+    assert "posts_sha256_substantive" in plan
+    assert "posts_sha256" not in indexes

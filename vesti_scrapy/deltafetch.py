@@ -38,6 +38,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy_deltafetch.middleware import DeltaFetch
 
+from vesti_scrapy.storage import connect_fetched_index
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
-BUSY_TIMEOUT_SECONDS = 30.0
 
 
 class ArticleDeltaFetch(DeltaFetch):
@@ -82,12 +83,8 @@ class ArticleDeltaFetch(DeltaFetch):
     def _open(self, spider: Spider) -> sqlite3.Connection:
         path = self._path(spider)
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+        conn = connect_fetched_index(path)
         try:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS fetched (key BLOB PRIMARY KEY, at REAL NOT NULL) "
-                "WITHOUT ROWID"
-            )
             self._import_dbm(conn, spider)
         except BaseException:
             conn.close()

@@ -341,6 +341,30 @@ def _migrate_imports(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migrate_drop_full_sha256_index(conn: sqlite3.Connection) -> None:
+    """``posts_sha256`` indexed every row's hash, but every lookup asks for substantive
+    texts only, which ``posts_sha256_substantive`` answers. Each insert paid for it all
+    the same: a page of one more B-tree keyed by a random hash, the costliest part of a
+    write to a large database."""
+    conn.execute("DROP INDEX IF EXISTS posts_sha256")
+
+
+# --- the article-page index of DeltaFetch (vesti_scrapy/deltafetch.py) ------------------
+def connect_fetched_index(path: str | Path) -> sqlite3.Connection:
+    """DeltaFetch's index of article pages fetched by finished crawls: a file of its own
+    beside the database (a cache: rebuilt when unreadable, never backed up), one table."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS fetched (key BLOB PRIMARY KEY, at REAL NOT NULL) "
+            "WITHOUT ROWID"
+        )
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 # Ordered: MIGRATIONS[i] brings user_version i to i + 1. Append only.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1_initial,
@@ -348,6 +372,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_3_processing_queue,
     _migrate_posts_search,
     _migrate_imports,
+    _migrate_drop_full_sha256_index,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
