@@ -35,8 +35,12 @@ class Command(ScrapyCrawlCommand):
         task.add_done_callback(self._report)
         # What was imported and built so far (Scrapy, Twisted, our registry) lives as long
         # as the process: out of the collector's sight, its full passes stop re-scanning
-        # it. Measured: 12% of a crawl of 304s, 4% of an inline cold crawl's CPU.
+        # it. Measured: 12% of a crawl of 304s, 4% of an inline cold crawl's CPU. A crawl
+        # allocates Requests, Deferreds and items by the hundred thousand, nearly all short
+        # lived: collecting the youngest generation every 10,000 allocations instead of 700
+        # lets most die before a collection has to look at them (3% of an incremental pass).
         gc.freeze()
+        gc.set_threshold(10_000, 10, 10)
         self.crawler_process.start()
         if self.crawler_process.bootstrap_failed and not self.exitcode:
             self.exitcode = 1
