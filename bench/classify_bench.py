@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -103,14 +104,18 @@ def bench_keywords(posts: list[Post], total: int) -> dict[str, float]:
     }
 
 
+def _add_source(conn: sqlite3.Connection) -> None:
+    """The one source every benchmark post belongs to (source_id 1)."""
+    conn.execute(
+        "INSERT INTO sources (slug, name, crawler, direction) VALUES ('b', 'B', 'rss', 'tech')"
+    )
+
+
 def make_queue(path: Path, posts: list[Post], count: int) -> None:
     conn = storage.connect(path)
     try:
         with storage.transaction(conn):
-            conn.execute(
-                "INSERT INTO sources (slug, name, crawler, direction) "
-                "VALUES ('b', 'B', 'rss', 'tech')"
-            )
+            _add_source(conn)
             now = storage.utcnow()
             conn.executemany(
                 "INSERT INTO posts (source_id, url, canonical_url, title, text, sha256, "
@@ -141,10 +146,7 @@ def bench_million(pending: int = 1000) -> dict[str, float]:
         conn = storage.connect(db)
         try:
             with storage.transaction(conn):
-                conn.execute(
-                    "INSERT INTO sources (slug, name, crawler, direction) "
-                    "VALUES ('b', 'B', 'rss', 'tech')"
-                )
+                _add_source(conn)
                 now = storage.utcnow()
                 total = 1_000_000 + pending
                 conn.executemany(

@@ -94,6 +94,7 @@ class FeedsSpider(scrapy.Spider):
             direction=direction, source=source, priority=priority, dry_run=dry_run, due=due
         )
         self.trigger = trigger
+        self.summary_min_chars = 0  # VESTI_SUMMARY_MIN_CHARS, read in from_crawler
         self.sources_by_slug: dict[str, Source] = {}
         self.to_crawl: list[tuple[Source, str]] = []
         self._feeds: dict[str, _FeedProgress] = {}
@@ -111,6 +112,7 @@ class FeedsSpider(scrapy.Spider):
         spider.arguments.check_against(registry, settings["VESTI_SOURCES"])
         spider.sources_by_slug = {s.slug: s for s in registry}
         spider.to_crawl = spider._select(registry, settings)
+        spider.summary_min_chars = settings.getint("VESTI_SUMMARY_MIN_CHARS")
         crawler.signals.connect(spider.spider_closed, signal=scrapy.signals.spider_closed)
         return spider
 
@@ -292,12 +294,11 @@ class FeedsSpider(scrapy.Spider):
         Returns ``_ALREADY_HANDLED`` when the article is already on its way in this crawl
         (the same article in another feed) or was fetched by an earlier crawl.
         """
-        min_chars = self.crawler.settings.getint("VESTI_SUMMARY_MIN_CHARS")
-        if not entry.summary_only or len(entry.text) >= min_chars:
+        if not entry.summary_only or len(entry.text) >= self.summary_min_chars:
             return None
         if not entry.link or not entry.link.startswith(("http://", "https://")):
             return None
-        key = normalize_url(entry.link)
+        key = post.canonical_url  # the entry's link, normalized
         if key in self._articles_requested:
             self.crawler.stats.inc_value("articles/shared")
             return _ALREADY_HANDLED
