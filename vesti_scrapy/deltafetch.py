@@ -104,10 +104,16 @@ class ArticleDeltaFetch(DeltaFetch):
     def _import_dbm(self, conn: sqlite3.Connection, spider: Spider) -> None:
         """Keys of the index the dbm version of this middleware kept, once."""
         legacy = Path(self.dir) / f"{spider.name}.db"
-        files = [p for p in legacy.parent.glob(f"{legacy.name}*") if p.suffix != ".lock"]
-        if not files:
+
+        def legacy_files() -> list[Path]:
+            return [p for p in legacy.parent.glob(f"{legacy.name}*") if p.suffix != ".lock"]
+
+        if not legacy_files():
             return
         with self._locked(spider):
+            files = legacy_files()  # again: a crawl running alongside may have taken it over
+            if not files:
+                return
             try:
                 with dbm.open(str(legacy), "r") as db:
                     keys = list(db.keys())
