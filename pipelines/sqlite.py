@@ -148,7 +148,7 @@ class SQLiteWriterPipeline:
         if self.crawler.engine is not None and self.crawler.crawling:
             deferred_from_coro(self.crawler.engine.close_spider_async(reason="storage_error"))
 
-    def _store(self, item: object) -> object:
+    def _store(self, item: object) -> None:
         if isinstance(item, PostItem):
             source_id = self.source_ids.get(item.source)
             if source_id is None:
@@ -163,7 +163,6 @@ class SQLiteWriterPipeline:
         elif isinstance(item, ImportOutcome):
             self.outcomes.append(item)
         self._flush_if_full()
-        return item
 
     def _flush_if_full(self) -> None:
         if len(self.buffer) + len(self.results) + len(self.outcomes) >= self.batch_size:
@@ -216,12 +215,11 @@ class SQLiteWriterPipeline:
     def _written(self, write: asyncio.Future[tuple[int, int] | None]) -> None:
         self.writes.remove(write)
         exc = write.exception()
-        if isinstance(exc, StorageError):
-            self._fail(exc)
-            return
         if exc is not None:
-            logger.error("Writing a batch failed", exc_info=exc)
-            self.failure = StorageError(str(exc))
+            if not isinstance(exc, StorageError):  # a bug in what we write: its traceback
+                logger.error("Writing a batch failed", exc_info=exc)
+                exc = StorageError(f"writing a batch failed: {exc!r}")
+            self._fail(exc)
             return
         counts = write.result()
         if counts is not None:
