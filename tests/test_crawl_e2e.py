@@ -111,3 +111,15 @@ def test_second_crawl_is_conditional_and_third_stores_only_new_entries(site, pro
     # Entries already fetched are not fetched again; the summary counts them as duplicates.
     assert site_.hits("/articles/linux-6-19-rc1.html") == {200: 1}
     assert re.search(r"linux-sample\s+ok\s+4\s+1\s+3\s", third.stderr)
+
+
+def test_debug_log_still_shows_each_response_and_item(site, project):
+    # Below LOG_LEVEL these lines are not produced at all (see QuietDropsLogFormatter).
+    site_, server = site
+    serve_fixtures(site_, server, project)
+    result = project.crawl(settings={"LOG_LEVEL": "DEBUG"})
+
+    log = result.stderr
+    assert f"Crawled (200) <GET {server.url('/linux.rss')}>" in log
+    assert re.search(r"Scraped from <200 .*/linux\.rss>", log)
+    assert "Crawled (404)" in log  # the article page that failed
