@@ -27,7 +27,6 @@ import fcntl
 import gc
 import logging
 import multiprocessing
-import multiprocessing.forkserver
 import pickle
 import signal
 import struct
@@ -94,14 +93,6 @@ def _work(jobs: Connection, results: Connection) -> None:
             results.send_bytes(answer)
         except OSError:  # the crawl is gone
             return
-
-
-def _fork_server() -> multiprocessing.context.ForkServerContext:
-    """The fork server's context, its process started (it then imports on its own)."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    multiprocessing.forkserver.ensure_running()
-    return context
 
 
 def _pickled_error(exc: Exception) -> bytes:
@@ -218,10 +209,6 @@ class CpuPool:
         if self.workers > 0:
             self._slots = asyncio.Semaphore(self.workers * self.jobs_per_worker)
             self._starting = asyncio.Lock()
-            # The fork server now, the workers on first use. It imports PRELOAD (0.3 s) on
-            # a core the crawl's start leaves idle, where the first changed feed used to
-            # wait for it; a crawl of 304s gets the process but no workers.
-            _fork_server()
 
     async def run(self, fn: Callable[P, R], *args: Any) -> R:
         if self._slots is None or self._starting is None:
@@ -253,7 +240,8 @@ class CpuPool:
         logger.info("Parsing and extraction run in %d worker process(es)", self.workers)
 
     def _spawn(self) -> list[tuple[BaseProcess, Connection, Connection]]:
-        context = _fork_server()
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
         spawned = []
         for number in range(self.workers):
             job_reader, job_writer = context.Pipe(duplex=False)
