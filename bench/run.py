@@ -10,6 +10,9 @@ passes per system, each system from an empty database and the same site:
   gained 3 entries. Warm and incremental, a second or two each, run three times (each
   incremental run from the same database) and the median run is reported.
 
+Pass by pass: cold for every system, then warm, then incremental, so that a drift in the
+machine's speed over the run moves every system alike.
+
 Systems: ours (project defaults), ours with the process pool off
 (``VESTI_PROCESS_POOL_WORKERS=0``), ours feeds-only (``VESTI_SUMMARY_MIN_CHARS=0``: no
 article pages), the floor (bench/floor.py: the same library calls in one plain
@@ -411,10 +414,11 @@ class System:
 
 def systems(reader_workers: int) -> list[System]:
     return [
+        # The floor right after ours: their cold passes are compared, and run in turn.
         System("ours", "ours"),
+        System("floor", "floor"),
         System("ours inline", "ours", {"VESTI_PROCESS_POOL_WORKERS": "0"}),
         System("ours feeds-only", "ours", {"VESTI_SUMMARY_MIN_CHARS": "0"}),
-        System("floor", "floor"),
         System("reader", "reader", reader_workers=reader_workers),
     ]
 
@@ -564,28 +568,77 @@ def _log_summary(stderr: str) -> dict[str, int]:
     return dict(kinds.most_common())
 
 
-def run_sequence(
-    server: Server, system: System, n: int, workdir: Path, inputs: Path
-) -> list[PassResult]:
-    """The three passes of one system; warm and incremental ``SHORT_PASS_REPEATS`` times.
+def _cold(server: Server, system: System, n: int, workdir: Path, inputs: Path) -> PassResult:
+    return run_pass(server, system, "cold", n, workdir, inputs)
 
-    Those last a second or two, and on a shared machine one run of them moves by 10% or
-    more; the median run stands for the pass. Each incremental run starts from the
-    database the warm runs left, on the site mutated the same way.
-    """
-    cold = run_pass(server, system, "cold", n, workdir, inputs)
-    warm = [run_pass(server, system, "warm", n, workdir, inputs) for _ in range(SHORT_PASS_REPEATS)]
+
+def _warm(server: Server, system: System, n: int, workdir: Path, inputs: Path) -> PassResult:
+    return _median(
+        [run_pass(server, system, "warm", n, workdir, inputs) for _ in range(SHORT_PASS_REPEATS)]
+    )
+
+
+def _incremental(server: Server, system: System, n: int, workdir: Path, inputs: Path) -> PassResult:
+    """Each run from the database the warm runs left, on the site mutated the same way."""
     before = workdir.with_name(f"{workdir.name}-before-incremental")
     shutil.copytree(workdir, before)
-    incremental = []
+    runs = []
     for repeat in range(SHORT_PASS_REPEATS):
         if repeat:
             shutil.rmtree(workdir)
             shutil.copytree(before, workdir)
-            server.control("POST", "/__reset")
-        incremental.append(run_pass(server, system, "incremental", n, workdir, inputs))
+        server.control("POST", "/__reset")
+        runs.append(run_pass(server, system, "incremental", n, workdir, inputs))
     shutil.rmtree(before)
-    return [cold, _median(warm), _median(incremental)]
+    return _median(runs)
+
+
+# A system's passes, in order: each builds on the database the one before left. Warm and
+# incremental last a second or two, and on a shared machine one run of them moves by 10%
+# or more, so they run SHORT_PASS_REPEATS times and the median run stands for the pass.
+STAGES = (_cold, _warm, _incremental)
+
+
+def run_systems(
+    server: Server, contenders: list[System], n: int, tmp: Path, inputs: Path
+) -> list[PassResult]:
+    """Every system's passes, pass by pass: cold for each system, then warm, then
+    incremental. This machine's speed drifts over minutes (the same cold pass took 8%
+    more CPU-seconds ten minutes later), and systems measured side by side drift alike.
+
+    A system with a pass that other processes disturbed is run again afterwards, its
+    whole sequence (the passes build on each other), up to ``DISTURBED_RETRIES`` times.
+    """
+    server.control("POST", "/__reset")
+    workdirs = {system.name: _workdir(tmp, n, system, 0) for system in contenders}
+    sequences: dict[str, list[PassResult]] = {system.name: [] for system in contenders}
+    for stage in STAGES:
+        for system in contenders:
+            workdir = workdirs[system.name]
+            sequences[system.name].append(stage(server, system, n, workdir, inputs))
+    results: list[PassResult] = []
+    for system in contenders:
+        shutil.rmtree(workdirs[system.name])
+        sequence = sequences[system.name]
+        for attempt in range(1, 1 + DISTURBED_RETRIES):
+            disturbed = [r.pass_name for r in sequence if r.disturbed]
+            if not disturbed:
+                break
+            log(f"  other processes disturbed {', '.join(disturbed)}: running {system.name} again")
+            server.control("POST", "/__reset")
+            workdir = _workdir(tmp, n, system, attempt)
+            sequence = [stage(server, system, n, workdir, inputs) for stage in STAGES]
+            shutil.rmtree(workdir)
+            for result in sequence:
+                result.attempt = attempt
+        results += sequence
+    return results
+
+
+def _workdir(tmp: Path, n: int, system: System, attempt: int) -> Path:
+    workdir = tmp / f"{n}-{system.name.replace(' ', '-')}-{attempt}"
+    workdir.mkdir()
+    return workdir
 
 
 def _median(runs: list[PassResult]) -> PassResult:
@@ -605,25 +658,7 @@ def run_size(
         log(f"n={n}: serving {server.site} on 127.0.0.1-16:{server.port}")
         inputs = tmp / f"inputs-{n}"
         write_inputs(inputs, [feed_url(i, server.port) for i in range(n)])
-        for system in contenders:
-            # The passes build on each other (warm needs cold's database), so a pass that
-            # other processes disturbed is redone with its whole sequence, once.
-            for attempt in range(1 + DISTURBED_RETRIES):
-                server.control("POST", "/__reset")
-                workdir = tmp / f"{n}-{system.name.replace(' ', '-')}-{attempt}"
-                workdir.mkdir()
-                sequence = run_sequence(server, system, n, workdir, inputs)
-                shutil.rmtree(workdir)
-                disturbed = [r.pass_name for r in sequence if r.disturbed]
-                if not disturbed or attempt == DISTURBED_RETRIES:
-                    break
-                log(
-                    f"  other processes disturbed {', '.join(disturbed)}: "
-                    f"running {system.name} again"
-                )
-            for result in sequence:
-                result.attempt = attempt
-            results += sequence
+        results += run_systems(server, contenders, n, tmp, inputs)
         if million_db is not None:
             ours = contenders[0]
             # Alternated and repeated: run-to-run noise of the pooled crawl is about the
@@ -955,11 +990,12 @@ def report(
         f"{_version('scrapy')}, reader {_version('reader')}; the whole run took "
         f"{elapsed / 60:.1f} min.",
         "",
-        "Passes run one after another, each a fresh process against the same loopback site: "
-        "cold (empty database), warm (nothing changed), incremental (10% of the feeds "
+        "Each pass is a fresh process against the same loopback site: cold (empty "
+        "database), warm (nothing changed), incremental (10% of the feeds "
         f"gained 3 entries). Warm and incremental run {SHORT_PASS_REPEATS} times each "
         "(incremental from the same database each time); their rows are the median run, "
-        "and the last column lists every run. "
+        "and the last column lists every run. The systems take turns pass by pass (every "
+        "cold pass, then every warm one, then every incremental one). "
         "CPU is user+sys of the process tree; peak PSS is the peak of "
         "the sum over the tree (copy-on-write pages shared by a pool count once). "
         "Requests are as the server counted them.",
