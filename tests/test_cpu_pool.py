@@ -18,6 +18,10 @@ def _pid_and_echo(payload: bytes) -> tuple[int, bytes]:
     return os.getpid(), payload
 
 
+def _niceness() -> int:
+    return os.nice(0)
+
+
 def _reject(value: str) -> None:
     raise ValueError(f"cannot take {value!r}")
 
@@ -50,6 +54,15 @@ def test_jobs_run_in_other_processes_and_answers_keep_their_order():
     assert os.getpid() not in pids
     assert len(pids) == 2  # both workers got work
     assert not pool._running
+
+
+def test_workers_yield_the_cpu_to_the_crawl_process():
+    # The crawl feeds the workers: when the cores are all busy, it goes first.
+    async def body(pool):
+        return await pool.run(_niceness)
+
+    niceness, _ = asyncio.run(_with_pool(1, body))
+    assert niceness == min(os.nice(0) + 10, 19)
 
 
 def test_an_exception_in_a_worker_is_raised_in_the_crawl_with_its_traceback():
