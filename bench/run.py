@@ -21,8 +21,8 @@ under cron, with the project's default settings (VESTI_* variables of the caller
 environment removed) except where named. Per pass: wall seconds, CPU seconds of the
 process tree (getrusage of the reaped children; the harness is a child subreaper, so
 descendants that outlive the crawl are reaped and counted too), peak memory (the peak
-of the sum of PSS over the process tree, sampled every 500 ms; RSS every 100 ms), new
-posts, requests by status from the server.
+of the sum of PSS over the process tree, sampled every 100 ms in the first second and
+every 500 ms after; RSS every 100 ms), new posts, requests by status from the server.
 
 ``--million`` also builds a database holding 1,000,000 posts and compares our cold pass
 on it with one on an empty database. Timing is measured here, never in a test.
@@ -207,7 +207,8 @@ def _cpu_seconds(pid: int) -> float:
 class TreeSampler(threading.Thread):
     """Every 100 ms: the sum of RSS over a process and all its descendants, and each
     process's CPU time as last seen, which cross-checks getrusage (a child its parent never
-    reaped is missing from the latter); every 500 ms the sum of PSS. The peaks are kept.
+    reaped is missing from the latter); the sum of PSS too during the first second, then
+    every 500 ms. The peaks are kept.
 
     PSS is the costly reading: the kernel walks each process's page tables, 1-2 ms of CPU
     per process here. Taken every 50 ms over the pool's five processes it cost 12% of a
@@ -227,7 +228,9 @@ class TreeSampler(threading.Thread):
     def run(self) -> None:
         samples = 0
         while True:
-            self.sample(with_pss=samples % PSS_EVERY == 0)
+            # Every sample of the first second too, or a pass shorter than PSS_EVERY
+            # samples would be measured only as the process started.
+            self.sample(with_pss=samples < 10 or samples % PSS_EVERY == 0)
             samples += 1
             if self._stop_event.wait(SAMPLE_INTERVAL):
                 return
