@@ -198,6 +198,8 @@ class CpuPool:
         # feed's posts through the pipelines): with 2, workers waited for work.
         self.jobs_per_worker = jobs_per_worker
         self._running: list[_Worker] = []
+        # Workers whose pipes are closed, to be joined when the spider closes.
+        self._closed: list[_Worker] = []
         self._slots: asyncio.Semaphore | None = None
         self._starting: asyncio.Lock | None = None
         # Set when the crawl stops, or when a worker died: no more workers are started.
@@ -272,7 +274,7 @@ class CpuPool:
             return
         # A worker died (killed, out of memory): finish the crawl inline.
         self._closing = True
-        self._stop_workers()
+        self._close_workers()
         logger.error(
             "A worker process died (pid %s, exit code %s); parsing in the crawl process "
             "from now on",
@@ -280,17 +282,21 @@ class CpuPool:
             worker.process.exitcode,
         )
 
-    def _stop_workers(self) -> None:
+    def _close_workers(self) -> None:
+        """Close every worker's pipes: each exits after its current job. Nothing waits
+        here (this runs on the reactor); they are joined when the spider closes."""
         running, self._running = self._running, []
         for worker in running:
             worker.close()
             worker.fail_pending()
-        for worker in running:
+        self._closed.extend(running)
+
+    def spider_closed(self, spider: Spider) -> None:
+        self._closing = True
+        self._close_workers()
+        closed, self._closed = self._closed, []
+        for worker in closed:
             worker.process.join(_SHUTDOWN_GRACE_SECONDS)
             if worker.process.is_alive():
                 worker.process.terminate()
                 worker.process.join()
-
-    def spider_closed(self, spider: Spider) -> None:
-        self._closing = True
-        self._stop_workers()
