@@ -38,7 +38,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy_deltafetch.middleware import DeltaFetch
 
-from vesti_scrapy.storage import connect_fetched_index
+from vesti_scrapy.storage import connect_fetched_index, transaction
 
 if TYPE_CHECKING:
     from typing import Self
@@ -120,8 +120,7 @@ class ArticleDeltaFetch(DeltaFetch):
             except Exception as exc:  # any dbm backend's "cannot read this file"
                 logger.warning("Old DeltaFetch index %s is unreadable (%s); dropped", legacy, exc)
                 keys = []
-            with conn:
-                conn.execute("BEGIN IMMEDIATE")
+            with transaction(conn):
                 conn.executemany(
                     "INSERT OR IGNORE INTO fetched (key, at) VALUES (?, ?)",
                     [(key, time.time()) for key in keys],
@@ -169,8 +168,7 @@ class ArticleDeltaFetch(DeltaFetch):
         self.stats.set_value("deltafetch/stored", len(self.fetched))
 
     def _store(self, spider: Spider) -> None:
-        with closing(self._open(spider)) as conn, conn:
-            conn.execute("BEGIN IMMEDIATE")
+        with closing(self._open(spider)) as conn, transaction(conn):
             if self._reset(spider):
                 conn.execute("DELETE FROM fetched")
             stamp = time.time()
