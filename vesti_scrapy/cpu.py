@@ -62,6 +62,8 @@ _LENGTH = struct.Struct("!i")
 _LONG_LENGTH = struct.Struct("!Q")
 # A worker's exit after its current job, once a shutdown has waited this long.
 _SHUTDOWN_GRACE_SECONDS = 5.0
+# The longest the reactor waits to reap a worker that has died.
+_REAP_SECONDS = 0.5
 # Linux's default limit for an unprivileged process (/proc/sys/fs/pipe-max-size).
 _PIPE_BYTES = 1 << 20
 
@@ -275,6 +277,9 @@ class CpuPool:
         # A worker died (killed, out of memory): finish the crawl inline.
         self._closing = True
         self._close_workers()
+        # Its pipe closed as it exited: reaping it takes milliseconds, and the log line
+        # needs the exit code (a signal or an out-of-memory kill shows there).
+        worker.process.join(_REAP_SECONDS)
         logger.error(
             "A worker process died (pid %s, exit code %s); parsing in the crawl process "
             "from now on",
