@@ -537,6 +537,12 @@ def connect(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+def prepare_database(path: str | Path) -> None:
+    """Create, migrate and check the database at ``path``: the work of a process's first
+    :func:`connect`, done here (on any thread) so that the next connects are quick."""
+    connect(path).close()
+
+
 @dataclass(frozen=True)
 class SourceRow:
     id: int
