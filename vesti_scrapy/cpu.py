@@ -27,6 +27,7 @@ import fcntl
 import gc
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
@@ -68,6 +69,15 @@ _PIPE_BYTES = 1 << 20
 
 class WorkerDied(Exception):
     """A worker process ended with jobs of ours unanswered (killed, out of memory)."""
+
+
+def start_fork_server() -> multiprocessing.context.ForkServerContext:
+    """Start the fork server that workers are forked from, if it is not running yet;
+    return its context. This does not wait for the server to import PRELOAD."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    multiprocessing.forkserver.ensure_running()
+    return context
 
 
 class RemoteTraceback(Exception):
@@ -251,8 +261,7 @@ class CpuPool:
         logger.info("Parsing and extraction run in %d worker process(es)", self.workers)
 
     def _spawn(self) -> list[tuple[BaseProcess, Connection, Connection]]:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
+        context = start_fork_server()
         spawned = []
         for number in range(self.workers):
             job_reader, job_writer = context.Pipe(duplex=False)

