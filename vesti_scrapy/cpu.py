@@ -249,8 +249,8 @@ class CpuPool:
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
-        # On a thread: the first start waits for the fork server to import PRELOAD (0.3 s
-        # measured here), while the reactor goes on downloading.
+        # On a thread: unless the crawl command started the fork server already, this
+        # waits for it to import PRELOAD (0.2 s), while the reactor goes on downloading.
         spawned = await loop.run_in_executor(None, self._spawn)
         for process, job_writer, result_reader in spawned:
             worker = _Worker(process, self._lost)
