@@ -4,7 +4,10 @@ on an asyncio loop as the crawl drives it."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import multiprocessing.context
+import multiprocessing.forkserver
 import os
 import sys
 
@@ -111,6 +114,48 @@ def test_a_dead_worker_leaves_the_rest_of_the_crawl_to_the_crawl_process(caplog)
     assert not any(process.is_alive() for process in workers)  # the other one stopped too
     assert "A worker process died" in caplog.text
     assert "exit code 3" in caplog.text
+
+
+def test_when_no_worker_can_start_the_crawl_parses_inline(caplog, monkeypatch):
+    caplog.set_level(logging.ERROR, logger="vesti_scrapy.cpu")
+    attempts = []
+
+    def no_processes_left() -> None:
+        attempts.append(1)
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", no_processes_left)
+
+    async def body(pool):
+        return await asyncio.gather(*(pool.run(_pid_and_echo, b"x") for _ in range(5)))
+
+    answers, _ = asyncio.run(_with_pool(2, body))
+    assert {pid for pid, _ in answers} == {os.getpid()}  # every job done, here
+    assert attempts == [1]  # tried once, not once per job
+    assert "Could not start worker processes" in caplog.text
+    assert "Resource temporarily unavailable" in caplog.text
+
+
+def test_a_worker_started_before_the_others_failed_to_start_exits(monkeypatch):
+    started = []
+    start = multiprocessing.context.ForkServerProcess.start
+
+    def start_only_one(process) -> None:
+        if started:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        start(process)
+        started.append(process)
+
+    monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", start_only_one)
+
+    async def body(pool):
+        return await pool.run(_pid_and_echo, b"x")
+
+    (pid, _), _ = asyncio.run(_with_pool(2, body))
+    assert pid == os.getpid()
+    [first] = started
+    first.join(5)
+    assert first.exitcode == 0  # its job pipe was closed: it left without a job
 
 
 def test_no_workers_means_inline():

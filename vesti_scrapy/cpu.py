@@ -251,7 +251,14 @@ class CpuPool:
         loop = asyncio.get_running_loop()
         # On a thread: unless the crawl command started the fork server already, this
         # waits for it to import PRELOAD (0.2 s), while the reactor goes on downloading.
-        spawned = await loop.run_in_executor(None, self._spawn)
+        try:
+            spawned = await loop.run_in_executor(None, self._spawn)
+        except OSError as exc:
+            # No process or pipe to be had (a process limit, out of memory): the crawl
+            # goes on without workers rather than failing every feed.
+            self._closing = True
+            logger.error("Could not start worker processes (%s); parsing in the crawl process", exc)
+            return
         for process, job_writer, result_reader in spawned:
             worker = _Worker(process, self._lost)
             worker.pipes = [job_writer, result_reader]
@@ -262,24 +269,30 @@ class CpuPool:
 
     def _spawn(self) -> list[tuple[BaseProcess, Connection, Connection]]:
         context = start_fork_server()
-        spawned = []
-        for number in range(self.workers):
-            job_reader, job_writer = context.Pipe(duplex=False)
-            result_reader, result_writer = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_work,
-                args=(job_reader, result_writer),
-                name=f"vesti-cpu-{number}",
-                daemon=True,
-            )
-            process.start()
-            # Only the worker holds these ends now: when it exits, its result pipe
-            # closes here; when the crawl exits, its job pipe closes there.
-            job_reader.close()
-            result_writer.close()
-            for pipe in (job_writer, result_reader):
-                _widen(pipe)
-            spawned.append((process, job_writer, result_reader))
+        spawned: list[tuple[BaseProcess, Connection, Connection]] = []
+        try:
+            for number in range(self.workers):
+                job_reader, job_writer = context.Pipe(duplex=False)
+                result_reader, result_writer = context.Pipe(duplex=False)
+                process = context.Process(
+                    target=_work,
+                    args=(job_reader, result_writer),
+                    name=f"vesti-cpu-{number}",
+                    daemon=True,
+                )
+                process.start()
+                # Only the worker holds these ends now: when it exits, its result pipe
+                # closes here; when the crawl exits, its job pipe closes there.
+                job_reader.close()
+                result_writer.close()
+                for pipe in (job_writer, result_reader):
+                    _widen(pipe)
+                spawned.append((process, job_writer, result_reader))
+        except OSError:
+            for _, job_writer, result_reader in spawned:
+                job_writer.close()  # so the workers already started exit at once
+                result_reader.close()
+            raise
         return spawned
 
     def _lost(self, worker: _Worker) -> None:

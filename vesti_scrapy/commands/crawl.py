@@ -4,6 +4,7 @@ registry, an unusable database) as one clean line on stderr, without a traceback
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import sys
@@ -36,8 +37,10 @@ class Command(ScrapyCrawlCommand):
             # now, it does so while Scrapy builds the crawler, on a core that start-up
             # leaves idle, and the workers are up 15 ms after the first changed feed
             # instead of 210 ms (the incremental pass: 3% faster). A crawl of 304s only
-            # pays 25 ms for a fork server it does not use.
-            start_fork_server()
+            # pays 25 ms for a fork server it does not use. If it cannot start now, the
+            # pool tries again when it needs workers, and parses inline if it still can't.
+            with contextlib.suppress(OSError):
+                start_fork_server()
         crawler = self._create_crawler(args[0])
         task = self.crawler_process.crawl(crawler, **opts.spargs)
         task.add_done_callback(self._report)
