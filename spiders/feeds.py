@@ -32,7 +32,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from twisted.internet.error import ConnectError, DNSLookupError, TimeoutError
 
 from vesti_scrapy.arguments import CrawlArguments
-from vesti_scrapy.cpu import CpuPool
+from vesti_scrapy.cpu import CpuPool, JobTimeout
 from vesti_scrapy.deltafetch import ArticleDeltaFetch
 from vesti_scrapy.feeds import Entry, FeedError, parse_feed
 from vesti_scrapy.items import FeedResult, PostItem
@@ -204,6 +204,10 @@ class FeedsSpider(scrapy.Spider):
             self.crawler.stats.inc_value("feeds/unreadable")
             yield self._failed(result, f"{exc} ({response.url})", "parse")
             return
+        except JobTimeout as exc:
+            self.crawler.stats.inc_value("feeds/parse_timeout")
+            yield self._failed(result, f"parsing gave up: {exc} ({response.url})", "parse")
+            return
         if feed.problem:
             logger.info("Feed %s is malformed but readable: %s", source.slug, feed.problem)
             self.crawler.stats.inc_value("feeds/malformed")
@@ -332,13 +336,22 @@ class FeedsSpider(scrapy.Spider):
         if isinstance(response, TextResponse):
             # The body goes to the worker undecoded; the encoding is cheap to find when the
             # page declares it (and is what Scrapy would decode with anyway).
-            text = await self._cpu(extract_article, response.body, response.url, response.encoding)
-            if len(text) > len(post.text):
-                post.text = text
-                post.content_type = "article"
-                self.crawler.stats.inc_value("articles/extracted")
+            try:
+                text = await self._cpu(
+                    extract_article, response.body, response.url, response.encoding
+                )
+            except JobTimeout as exc:
+                logger.warning(
+                    "Extracting %s gave up (%s); storing the feed's summary", post.url, exc
+                )
+                self.crawler.stats.inc_value("articles/extract_timeout")
             else:
-                self.crawler.stats.inc_value("articles/kept_summary")
+                if len(text) > len(post.text):
+                    post.text = text
+                    post.content_type = "article"
+                    self.crawler.stats.inc_value("articles/extracted")
+                else:
+                    self.crawler.stats.inc_value("articles/kept_summary")
         else:
             self.crawler.stats.inc_value("articles/not_text")
         for output in self._article_done(post):

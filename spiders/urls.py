@@ -44,7 +44,7 @@ from scrapy.utils.response import response_status_message
 
 from vesti_scrapy import imports
 from vesti_scrapy.arguments import ArgumentError
-from vesti_scrapy.cpu import CpuPool
+from vesti_scrapy.cpu import CpuPool, JobTimeout
 from vesti_scrapy.items import ImportOutcome, PostItem
 from vesti_scrapy.ssrf import AddressRefused
 from vesti_scrapy.storage import StorageError, Store, utcnow
@@ -274,7 +274,12 @@ class UrlsSpider(scrapy.Spider):
                 error=f"not an HTML page ({content_type or 'no Content-Type'})",
             )
             return
-        page = await self._cpu(imports.extract_page, response.text, response.url)
+        try:
+            page = await self._cpu(imports.extract_page, response.text, response.url)
+        except JobTimeout as exc:
+            self.crawler.stats.inc_value("imports/extract_timeout")
+            yield self._outcome(item, attempts, "error", error=f"extraction gave up: {exc}")
+            return
         title = page["title"] or response.url
         if page["consent"]:
             # The notice is not the article: keep what the page says about itself.

@@ -9,11 +9,13 @@ import logging
 import multiprocessing.context
 import multiprocessing.forkserver
 import os
+import signal
 import sys
+import time
 
 import pytest
 
-from vesti_scrapy.cpu import CpuPool, RemoteTraceback
+from vesti_scrapy.cpu import CpuPool, JobTimeout, RemoteTraceback
 
 # Functions the workers run: module-level, so that they pickle by name.
 
@@ -40,8 +42,8 @@ def _exit_in_worker(crawl_pid: int) -> str:
     return "inline"
 
 
-async def _with_pool(workers: int, body):
-    pool = CpuPool(workers)
+async def _with_pool(workers: int, body, **options):
+    pool = CpuPool(workers, **options)
     pool.spider_opened(None)
     try:
         return await body(pool), pool
@@ -156,6 +158,27 @@ def test_a_worker_started_before_the_others_failed_to_start_exits(monkeypatch):
     [first] = started
     first.join(5)
     assert first.exitcode == 0  # its job pipe was closed: it left without a job
+
+
+def _sleep_then_pid(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_a_job_that_never_answers_is_given_up_and_the_crawl_goes_on(caplog):
+    caplog.set_level(logging.ERROR, logger="vesti_scrapy.cpu")
+
+    async def body(pool):
+        stuck = asyncio.ensure_future(pool.run(_sleep_then_pid, 60))
+        with pytest.raises(JobTimeout, match=r"answered nothing for 0\.5 s"):
+            await asyncio.wait_for(stuck, 30)
+        after = await pool.run(_pid_and_echo, b"after")
+        return after, [worker.process for worker in pool._running + pool._closed]
+
+    ((pid, payload), [worker]), _ = asyncio.run(_with_pool(1, body, job_timeout=0.5))
+    assert (pid, payload) == (os.getpid(), b"after")  # the rest of the crawl, inline
+    assert worker.exitcode == -signal.SIGKILL  # stopped, not left sleeping
+    assert "answered nothing for 0.5 s" in caplog.text
 
 
 def test_no_workers_means_inline():

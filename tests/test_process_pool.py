@@ -48,3 +48,40 @@ def test_results_are_identical_with_the_pool_on_and_off(site, tmp_path):
     posts, states = stored[2]
     assert any(row[5] == "article" for row in posts)
     assert states[0][:3] == ("broken", "new", 1)
+
+
+def _full_text_feed(name: str, base: str) -> str:
+    body = " ".join(f"Paragraph {n} of a full-text story in {name}." for n in range(20))
+    items = "".join(
+        f"<item><title>{name} story {n}</title><link>{base}/{name}/{n}</link>"
+        f"<guid>{base}/{name}/{n}</guid><description>{body} ({n})</description></item>"
+        for n in range(3)
+    )
+    channel = f"<channel><title>{name}</title>{items}</channel>"
+    return f'<?xml version="1.0"?><rss version="2.0">{channel}</rss>'
+
+
+def test_a_parse_that_runs_over_the_job_timeout_fails_its_feed_and_the_crawl_goes_on(site, project):
+    # Timed out at once: the first feed a worker gets is given up, the worker is stopped,
+    # and the other feeds are parsed in the crawl process.
+    site_, server = site
+    names = ["one", "two", "three"]
+    for name in names:
+        site_.put(f"/{name}.rss", _full_text_feed(name, server.url("")), "application/rss+xml")
+    project.write_sources([source_entry(name, server.url(f"/{name}.rss")) for name in names])
+
+    result = project.crawl(
+        settings={"VESTI_PROCESS_POOL_WORKERS": 2, "VESTI_PROCESS_POOL_JOB_TIMEOUT": 1e-6}
+    )
+
+    assert "answered nothing for 1e-06 s" in result.stderr
+    states = dict(project.query("SELECT slug, last_error FROM rss_state"))
+    given_up = [slug for slug, error in states.items() if error and "parsing gave up" in error]
+    assert len(given_up) == 1
+    stored = dict(
+        project.query(
+            "SELECT s.slug, count(*) FROM posts p JOIN sources s ON s.id = p.source_id "
+            "GROUP BY s.slug"
+        )
+    )
+    assert stored == {name: 3 for name in names if name not in given_up}

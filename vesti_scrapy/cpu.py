@@ -32,6 +32,7 @@ import os
 import pickle
 import signal
 import struct
+import time
 import traceback
 from collections import deque
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -69,6 +70,11 @@ _PIPE_BYTES = 1 << 20
 
 class WorkerDied(Exception):
     """A worker process ended with jobs of ours unanswered (killed, out of memory)."""
+
+
+class JobTimeout(Exception):
+    """A worker answered nothing for longer than the pool's job timeout: the job it was on
+    is given up, and the worker stopped."""
 
 
 def start_fork_server() -> multiprocessing.context.ForkServerContext:
@@ -136,6 +142,8 @@ class _Worker(asyncio.Protocol):
         self.results: asyncio.ReadTransport | None = None
         self.pipes: list[Connection] = []
         self._buffer = bytearray()
+        # When the worker last answered, or was handed work while it had none.
+        self.last_progress = time.monotonic()
 
     def send(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Future[Any]:
         assert self.jobs is not None
@@ -143,6 +151,8 @@ class _Worker(asyncio.Protocol):
         self.jobs.write(_LENGTH.pack(len(payload)))
         self.jobs.write(payload)
         future = asyncio.get_running_loop().create_future()
+        if not self.pending:
+            self.last_progress = time.monotonic()
         self.pending.append(future)
         return future
 
@@ -164,6 +174,7 @@ class _Worker(asyncio.Protocol):
             self._answer(payload)
 
     def _answer(self, payload: bytes) -> None:
+        self.last_progress = time.monotonic()
         future = self.pending.popleft()
         try:
             ok, value = pickle.loads(payload)
@@ -202,8 +213,9 @@ class CpuPool:
     """Extension: ``await pool.run(fn, *args)`` runs ``fn`` in a worker process, or
     inline when ``VESTI_PROCESS_POOL_WORKERS`` is 0."""
 
-    def __init__(self, workers: int, jobs_per_worker: int = 8) -> None:
+    def __init__(self, workers: int, jobs_per_worker: int = 8, job_timeout: float = 120.0) -> None:
         self.workers = workers
+        self.job_timeout = job_timeout
         # Queued in each worker's pipe: enough to outlast the reactor's longest turns (a
         # feed's posts through the pipelines): with 2, workers waited for work.
         self.jobs_per_worker = jobs_per_worker
@@ -212,6 +224,7 @@ class CpuPool:
         self._closed: list[_Worker] = []
         self._slots: asyncio.Semaphore | None = None
         self._starting: asyncio.Lock | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
         # Set when the crawl stops, or when a worker died: no more workers are started.
         self._closing = False
 
@@ -221,7 +234,11 @@ class CpuPool:
         # importing scrapy cost each of them 0.13 s of CPU before its first job.
         from scrapy import signals
 
-        pool = cls(crawler.settings.getint("VESTI_PROCESS_POOL_WORKERS"))
+        settings = crawler.settings
+        pool = cls(
+            settings.getint("VESTI_PROCESS_POOL_WORKERS"),
+            job_timeout=settings.getfloat("VESTI_PROCESS_POOL_JOB_TIMEOUT"),
+        )
         crawler.signals.connect(pool.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(pool.spider_closed, signal=signals.spider_closed)
         return pool
@@ -265,7 +282,43 @@ class CpuPool:
             worker.jobs, _ = await loop.connect_write_pipe(asyncio.Protocol, job_writer)
             worker.results, _ = await loop.connect_read_pipe(lambda w=worker: w, result_reader)
             self._running.append(worker)
+        self._watch()
         logger.info("Parsing and extraction run in %d worker process(es)", self.workers)
+
+    def _watch(self) -> None:
+        """Every few seconds: stop a worker that has answered nothing for ``job_timeout``
+        seconds while it had work (a page that sends a parser into an endless loop)."""
+        self._watchdog = None
+        if self._closing:
+            return
+        now = time.monotonic()
+        for worker in self._running:
+            if worker.pending and now - worker.last_progress > self.job_timeout:
+                self._hung(worker)
+                return
+        self._watchdog = asyncio.get_running_loop().call_later(
+            min(5.0, self.job_timeout / 2), self._watch
+        )
+
+    def _hung(self, worker: _Worker) -> None:
+        # The job it is on fails, so that nobody runs it again in the crawl process; its
+        # other jobs are handed back, as after any death.
+        job = worker.pending.popleft()
+        if not job.done():
+            job.set_exception(
+                JobTimeout(
+                    f"worker process {worker.process.pid} answered nothing for "
+                    f"{self.job_timeout:g} s"
+                )
+            )
+        logger.error(
+            "Worker process %s answered nothing for %g s; it was stopped, and the job it "
+            "was on given up",
+            worker.process.pid,
+            self.job_timeout,
+        )
+        worker.process.kill()
+        self._lost(worker)
 
     def _spawn(self) -> list[tuple[BaseProcess, Connection, Connection]]:
         context = start_fork_server()
@@ -322,6 +375,8 @@ class CpuPool:
 
     def spider_closed(self, spider: Spider) -> None:
         self._closing = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         self._close_workers()
         closed, self._closed = self._closed, []
         for worker in closed:
