@@ -66,6 +66,8 @@ PASSES = ("cold", "warm", "incremental")
 DIRECTIONS = ("linux", "tech", "politics", "games", "electronics", "llm")
 MUTATE_FRACTION = 0.1
 SAMPLE_INTERVAL = 0.1
+# PSS at every sample of a pass's first second, then at every PSS_EVERY-th.
+PSS_ALWAYS_FOR = round(1.0 / SAMPLE_INTERVAL)  # samples
 PSS_EVERY = 5  # samples
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -230,12 +232,12 @@ class TreeSampler(threading.Thread):
         while True:
             # Every sample of the first second too, or a pass shorter than PSS_EVERY
             # samples would be measured only as the process started.
-            self.sample(with_pss=samples < 10 or samples % PSS_EVERY == 0)
+            self.sample(with_pss=samples < PSS_ALWAYS_FOR or samples % PSS_EVERY == 0)
             samples += 1
             if self._stop_event.wait(SAMPLE_INTERVAL):
                 return
 
-    def sample(self, with_pss: bool = True) -> None:
+    def sample(self, with_pss: bool) -> None:
         pss = rss = 0
         pids = _tree(self.root)
         for pid in pids:
