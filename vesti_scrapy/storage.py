@@ -693,11 +693,10 @@ class Store:
         return {r[0]: r[1] for r in self.conn.execute("SELECT slug, id FROM sources")}
 
     # --- feed state ------------------------------------------------------------------
-    def validators(self, slug: str) -> tuple[str | None, str | None]:
-        row = self.conn.execute(
-            "SELECT etag, modified FROM rss_state WHERE slug = ?", (slug,)
-        ).fetchone()
-        return (row["etag"], row["modified"]) if row else (None, None)
+    def validators(self) -> dict[str, tuple[str | None, str | None]]:
+        """Each feed's stored (ETag, Last-Modified), by slug; feeds without state are absent."""
+        rows = self.conn.execute("SELECT slug, etag, modified FROM rss_state")
+        return {slug: (etag, modified) for slug, etag, modified in rows}
 
     # --- posts -----------------------------------------------------------------------
     def stored_urls(self, canonical_urls: list[str]) -> set[str]:
