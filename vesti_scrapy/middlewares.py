@@ -7,7 +7,6 @@ Scrapy's own HTTP cache.
 
 from __future__ import annotations
 
-import logging
 from contextlib import closing
 from typing import TYPE_CHECKING
 
@@ -23,8 +22,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
     from scrapy.statscollectors import StatsCollector
-
-logger = logging.getLogger(__name__)
 
 
 class ConditionalPolicy:
