@@ -1,6 +1,7 @@
 """The crawl benchmark: our `scrapy crawl feeds` against the floor and lemon24's reader.
 
-    python -m bench.run [--sizes 200,1000] [--million] [--out bench/results.md]
+    python -m bench.run [--sizes 200,1000] [--shapes default,heavy] [--million]
+                        [--out bench/results.md]
 
 A user with N feeds runs `scrapy crawl feeds` every 15 minutes. For each N the harness
 serves a fixture site (bench/site.py, bench/server.py) on 127.0.0.1-16 and runs three
@@ -24,8 +25,10 @@ descendants that outlive the crawl are reaped and counted too), peak memory (the
 of the sum of PSS over the process tree, sampled every 100 ms in the first second and
 every 500 ms after; RSS every 100 ms), new posts, requests by status from the server.
 
-``--million`` also builds a database holding 1,000,000 posts and compares our cold pass
-on it with one on an empty database. Timing is measured here, never in a test.
+``--shapes`` names the sites' shapes (bench/site.py: article size, summary-only share):
+every size runs at every shape, and the targets are checked at each. ``--million`` also
+builds a database holding 1,000,000 posts and compares our cold pass on it with one on an
+empty database (at the first shape). Timing is measured here, never in a test.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from typing import Any
 
 import yaml
 
-from bench.site import feed_url
+from bench.site import SHAPES, feed_url
 from vesti_scrapy import storage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,15 +93,17 @@ def log(message: str) -> None:
 class Server:
     """bench.server in its own process (and session, so Ctrl-C reaches only us)."""
 
-    def __init__(self, feeds: int) -> None:
+    def __init__(self, feeds: int, shape: str) -> None:
         self.feeds = feeds
+        self.shape = shape
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
         self.site: dict[str, int] = {}
 
     def __enter__(self) -> Server:
+        command = [sys.executable, "-m", "bench.server", "--feeds", str(self.feeds)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.server", "--feeds", str(self.feeds)],
+            [*command, "--shape", self.shape],
             cwd=REPO,
             stdout=subprocess.PIPE,
             text=True,
@@ -665,12 +670,14 @@ def _median(runs: list[PassResult]) -> PassResult:
 
 
 def run_size(
-    n: int, contenders: list[System], tmp: Path, million_db: Path | None
+    n: int, shape: str, contenders: list[System], tmp: Path, million_db: Path | None
 ) -> tuple[list[PassResult], list[PassResult], dict[str, int]]:
     results: list[PassResult] = []
     million: list[PassResult] = []
-    log(f"n={n}: rendering the site…")
-    with Server(n) as server:
+    log(f"n={n}: rendering the site ({shape} shape)…")
+    tmp = tmp / shape
+    tmp.mkdir(exist_ok=True)
+    with Server(n, shape) as server:
         log(f"n={n}: serving {server.site} on 127.0.0.1-16:{server.port}")
         inputs = tmp / f"inputs-{n}"
         write_inputs(inputs, [feed_url(i, server.port) for i in range(n)])
@@ -834,6 +841,31 @@ def ratio_table(results: list[PassResult], sizes: list[int]) -> list[str]:
     return lines
 
 
+# The targets, at the largest N: (label, ours, pass, other, pass, at most this ratio).
+TARGETS = (
+    ("cold, ours / floor", "ours", "cold", "floor", "cold", 0.6),
+    ("warm, ours / reader", "ours", "warm", "reader", "warm", 1.0),
+    ("incremental, ours / floor", "ours", "incremental", "floor", "incremental", 1.0),
+)
+
+
+def target_table(results: list[PassResult], n: int) -> list[str]:
+    lines = [
+        f"| target (N={n}, wall) | ours s | other s | ratio | at most | met |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for label, system_a, pass_a, system_b, pass_b, limit in TARGETS:
+        a, b = _find(results, n, system_a, pass_a), _find(results, n, system_b, pass_b)
+        if a is None or b is None:
+            continue
+        ratio = a.measured.wall / b.measured.wall
+        lines.append(
+            f"| {label} | {a.measured.wall:.2f} | {b.measured.wall:.2f} | {ratio:.2f}x "
+            f"| {limit:.1f}x | {'yes' if ratio <= limit else '**no**'} |"
+        )
+    return lines
+
+
 def per_feed_table(results: list[PassResult], sizes: list[int]) -> list[str]:
     """Cost per feed at the smallest and the largest N. A crawl's fixed cost (start-up,
     imports, opening the database) makes the per-feed cost fall with N; the marginal
@@ -989,16 +1021,8 @@ def _version(name: str) -> str:
         return "not installed"
 
 
-def report(
-    results: list[PassResult],
-    million: list[PassResult],
-    million_build: float,
-    sites: dict[int, dict[str, int]],
-    sizes: list[int],
-    command: str,
-    elapsed: float,
-) -> str:
-    lines = [
+def header(command: str, elapsed: float) -> list[str]:
+    return [
         "# Crawl benchmark",
         "",
         f"`{command}` on {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; "
@@ -1017,10 +1041,31 @@ def report(
         "Requests are as the server counted them.",
         "",
     ]
+
+
+def shape_report(
+    shape: str,
+    results: list[PassResult],
+    million: list[PassResult],
+    million_build: float,
+    sites: dict[int, dict[str, int]],
+    sizes: list[int],
+) -> list[str]:
+    described = SHAPES[shape]
+    low, high = described.article_kib
+    lines = [
+        f"## Site shape: {shape}",
+        "",
+        f"Article pages of {low}-{high} KiB; {described.summary_share:.0%} of the entries "
+        "carry only a summary, so their article page is fetched.",
+        "",
+        *target_table(results, max(sizes)),
+        "",
+    ]
     for n in sizes:
         site = sites[n]
         lines += [
-            f"## N = {n}",
+            f"### N = {n}",
             "",
             f"Site: {site['feeds']} feeds ({site['aggregators']} aggregators), "
             f"{site['entries']} entries, {site['articles']} article pages; "
@@ -1030,16 +1075,16 @@ def report(
             *pass_table([r for r in results if r.n == n]),
             "",
         ]
-    lines += ["## Ratios", "", *ratio_table(results, sizes), ""]
+    lines += ["### Ratios", "", *ratio_table(results, sizes), ""]
     if len(sizes) > 1:
-        lines += ["## Cost per feed", "", *per_feed_table(results, sizes), ""]
+        lines += ["### Cost per feed", "", *per_feed_table(results, sizes), ""]
     if million:
-        lines += ["## Cold pass over a database of 1,000,000 posts", ""]
+        lines += ["### Cold pass over a database of 1,000,000 posts", ""]
         lines += [*million_table(million, million_build), ""]
     extra = notes(results, sizes)
     if extra:
-        lines += ["## Notes", "", *extra, ""]
-    return "\n".join(lines)
+        lines += ["### Notes", "", *extra, ""]
+    return lines
 
 
 # --- main -----------------------------------------------------------------------------------------
@@ -1060,6 +1105,9 @@ def _interrupt_on_signals() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="200,1000", help="feed counts, comma-separated")
+    parser.add_argument(
+        "--shapes", default="default,heavy", help=f"site shapes, of {', '.join(SHAPES)}"
+    )
     parser.add_argument("--million", action="store_true", help="add the 1M-post cold pass")
     parser.add_argument(
         "--million-size", type=int, default=None, help="N for that pass (default: the smallest)"
@@ -1068,15 +1116,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    if unknown := [s for s in shapes if s not in SHAPES]:
+        parser.error(f"unknown shape {', '.join(unknown)} (one of {', '.join(SHAPES)})")
     million_size = args.million_size or sizes[0]
     if args.million and million_size not in sizes:
         sizes = sorted({*sizes, million_size})
     command = "python -m bench.run " + shlex.join(sys.argv[1:] if argv is None else argv)
     started = time.monotonic()
     contenders = systems(args.reader_workers)
-    results: list[PassResult] = []
+    results: dict[str, list[PassResult]] = {shape: [] for shape in shapes}
     million: list[PassResult] = []
-    sites: dict[int, dict[str, int]] = {}
+    sites: dict[str, dict[int, dict[str, int]]] = {shape: {} for shape in shapes}
     million_build = 0.0
     become_subreaper()
     _interrupt_on_signals()
@@ -1088,20 +1139,26 @@ def main(argv: list[str] | None = None) -> int:
             log("building a database of 1,000,000 posts…")
             million_build = build_million_db(million_db)
             log(f"  built in {million_build:.1f} s ({million_db.stat().st_size / 2**20:.0f} MiB)")
-        for n in sizes:
-            size_results, size_million, sites[n] = run_size(
-                n, contenders, tmp, million_db if n == million_size else None
-            )
-            results += size_results
-            million += size_million
+        for shape in shapes:
+            for n in sizes:
+                seeded = million_db if n == million_size and shape == shapes[0] else None
+                size_results, size_million, sites[shape][n] = run_size(
+                    n, shape, contenders, tmp, seeded
+                )
+                results[shape] += size_results
+                million += size_million
     except KeyboardInterrupt:
         log("interrupted; servers and crawls stopped, temporary files removed")
         return 130
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    text = report(
-        results, million, million_build, sites, sizes, command, time.monotonic() - started
-    )
+    lines = header(command, time.monotonic() - started)
+    for shape in shapes:
+        shape_million = million if shape == shapes[0] else []
+        lines += shape_report(
+            shape, results[shape], shape_million, million_build, sites[shape], sizes
+        )
+    text = "\n".join(lines)
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

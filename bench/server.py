@@ -1,6 +1,6 @@
 """The benchmark's fixture site over HTTP: aiohttp, in its own process, on loopback only.
 
-    python -m bench.server --feeds 1000 [--port 0] [--seed N]
+    python -m bench.server --feeds 1000 [--shape default|heavy] [--port 0] [--seed N]
 
 It listens on 127.0.0.1 … 127.0.0.16 at one port (one socket per address, never
 0.0.0.0) and prints one JSON line, ``{"port": …, "site": {…}}``, once every page is
@@ -32,7 +32,7 @@ from email.utils import parsedate_to_datetime
 
 from aiohttp import web
 
-from bench.site import DEFAULT_SEED, HOSTS, Resource, Site
+from bench.site import DEFAULT_SEED, HOSTS, SHAPES, Resource, Site
 
 CONTROL_ADDRESS = "127.0.0.1"
 ADDRESSES = [f"127.0.0.{1 + n}" for n in range(HOSTS)]
@@ -153,10 +153,10 @@ def _die_with_parent() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-async def serve(feeds: int, port: int, seed: int) -> None:
+async def serve(feeds: int, port: int, seed: int, shape: str) -> None:
     sockets = bind_all(port)
     chosen = sockets[0].getsockname()[1]
-    site = Site(feeds, chosen, seed)
+    site = Site(feeds, chosen, seed, SHAPES[shape])
     app = SiteApp(site)
     # The low-level server: no router, no middlewares, no access log.
     runner = web.ServerRunner(web.Server(app.handle, access_log=None), handle_signals=False)
@@ -181,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--feeds", type=int, required=True)
     parser.add_argument("--port", type=int, default=0, help="0: any port free on all 16")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="default")
     args = parser.parse_args(argv)
     _die_with_parent()
-    asyncio.run(serve(args.feeds, args.port, args.seed))
+    asyncio.run(serve(args.feeds, args.port, args.seed, args.shape))
     return 0
 
 

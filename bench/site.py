@@ -12,7 +12,9 @@ The shape follows what a reader's subscriptions look like:
 * 30% of entries carry only a short summary (< 220 characters), so the crawler follows
   them to an article page: 40-80 KB of HTML with the clutter of a real news page (inline
   styles and scripts, a hydration JSON blob, nav, aside, comments, footer) around an
-  <article> of 2-5 KB of prose;
+  <article> of 2-5 KB of prose. Both are the :class:`Shape`'s knobs: the "heavy" shape
+  has half its entries summary-only and pages of 80-160 KB around 4-10 KB of prose,
+  nearer the real pages of ``../shared/corpus/articles`` (median 79 KB, 7 KB of text);
 * the other 70% carry their full text (content:encoded / Atom content, 1-4 KB of HTML);
 * every 10th feed is an aggregator that re-publishes other feeds' entries under
   utm-tagged URLs, which must deduplicate to the originals;
@@ -34,7 +36,6 @@ from html import escape
 
 HOSTS = 16
 ENTRIES_PER_FEED = 25
-SUMMARY_ONLY_SHARE = 0.3
 AGGREGATOR_EVERY = 10
 NEW_ENTRIES_PER_MUTATION = 3
 UTM_QUERY = "utm_source=agg&utm_medium=rss"
@@ -75,6 +76,28 @@ engineers
 """
 WORDS = _VOCABULARY.split()
 SITE_WORDS = ("Daily", "Weekly", "Wire", "Journal", "Times", "Post", "Review", "Digest")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the site's articles look like: the knobs the targets are checked at."""
+
+    name: str
+    # An article page's size in KiB (low, high); its prose grows with it.
+    article_kib: tuple[int, int] = (40, 80)
+    # Entries that carry only a short summary, so that the article page is fetched.
+    summary_share: float = 0.3
+
+    @property
+    def prose_scale(self) -> int:
+        """Paragraphs per page, as a multiple of the default shape's 6-12."""
+        return max(1, round(sum(self.article_kib) / 120))
+
+
+SHAPES = {
+    "default": Shape("default"),
+    "heavy": Shape("heavy", article_kib=(80, 160), summary_share=0.5),
+}
 
 
 def feed_url(index: int, port: int) -> str:
@@ -230,10 +253,15 @@ def _host_template(rng: random.Random, host_index: int) -> HostTemplate:
     )
 
 
-def _article_page(rng: random.Random, template: HostTemplate, feed: Feed, entry: Entry) -> bytes:
-    """A 40-80 KB news page whose <article> holds 2-5 KB of prose."""
-    target = rng.randint(40_000, 80_000)
-    paragraphs = [_paragraph(rng, 3, 6) for _ in range(rng.randint(6, 12))]
+def _article_page(
+    rng: random.Random, template: HostTemplate, feed: Feed, entry: Entry, shape: Shape
+) -> bytes:
+    """A news page of the shape's size (40-80 KB) whose <article> holds 2-5 KB of prose
+    per 60 KB of page."""
+    low, high = shape.article_kib
+    target = rng.randint(low * 1000, high * 1000)
+    scale = shape.prose_scale
+    paragraphs = [_paragraph(rng, 3, 6) for _ in range(rng.randint(6 * scale, 12 * scale))]
     body_parts = []
     for n, paragraph in enumerate(paragraphs):
         if n and rng.random() < 0.15:
@@ -373,10 +401,13 @@ def _atom(feed: Feed) -> bytes:
 class Site:
     """The whole fixture site, rendered to bytes up front; see the module docstring."""
 
-    def __init__(self, n_feeds: int, port: int, seed: int = DEFAULT_SEED) -> None:
+    def __init__(
+        self, n_feeds: int, port: int, seed: int = DEFAULT_SEED, shape: Shape = SHAPES["default"]
+    ) -> None:
         self.n_feeds = n_feeds
         self.port = port
         self.seed = seed
+        self.shape = shape
         self.templates = [
             _host_template(random.Random(f"{seed}:host:{h}"), h) for h in range(HOSTS)
         ]
@@ -431,7 +462,7 @@ class Site:
         serial = feed.next_serial
         feed.next_serial += 1
         link = f"http://{feed.host}:{self.port}/a/{feed.slug}/{serial:04d}.html"
-        summary_only = rng.random() < SUMMARY_ONLY_SHARE
+        summary_only = rng.random() < self.shape.summary_share
         entry = Entry(
             serial=serial,
             title=_title(rng),
@@ -447,7 +478,7 @@ class Site:
         )
         if summary_only:
             path = link.split(str(self.port), 1)[1]
-            page = _article_page(rng, self.templates[feed.index % HOSTS], feed, entry)
+            page = _article_page(rng, self.templates[feed.index % HOSTS], feed, entry, self.shape)
             self.resources[path] = Resource(page, HTML_TYPE, "article")
         return entry
 
@@ -518,6 +549,7 @@ class Site:
         feeds = [r for r in self.resources.values() if r.kind == "feed"]
         articles = [r for r in self.resources.values() if r.kind == "article"]
         return {
+            "shape": self.shape.name,
             "feeds": len(feeds),
             "aggregators": sum(f.aggregator for f in self.feeds),
             "entries": sum(len(f.entries) for f in self.feeds),
