@@ -1113,6 +1113,11 @@ def main(argv: list[str] | None = None) -> int:
         "--million-size", type=int, default=None, help="N for that pass (default: the smallest)"
     )
     parser.add_argument("--reader-workers", type=int, default=8)
+    parser.add_argument(
+        "--systems",
+        default=None,
+        help="comma-separated names to run (default: all; the targets need ours, floor, reader)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -1125,6 +1130,11 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.run " + shlex.join(sys.argv[1:] if argv is None else argv)
     started = time.monotonic()
     contenders = systems(args.reader_workers)
+    if args.systems:
+        wanted = {name.strip() for name in args.systems.split(",") if name.strip()}
+        if unknown := wanted - {system.name for system in contenders}:
+            parser.error(f"unknown system {', '.join(sorted(unknown))}")
+        contenders = [system for system in contenders if system.name in wanted]
     results: dict[str, list[PassResult]] = {shape: [] for shape in shapes}
     million: list[PassResult] = []
     sites: dict[str, dict[int, dict[str, int]]] = {shape: {} for shape in shapes}
