@@ -1,1 +1,1 @@
-"""Item pipelines, one job each: normalize → hash → dedup → write (or print on a dry run)."""
+"""Item pipelines, one job each: normalize → hash → dedup → store (or print on a dry run)."""

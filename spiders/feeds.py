@@ -1,26 +1,26 @@
 """The `feeds` spider: every enabled RSS/Atom/JSON feed of the registry, conditionally.
 
     scrapy crawl feeds [-a direction=linux] [-a source=lwn,opennet] [-a priority=P0]
-                       [-a dry_run=1] [-a trigger=manual]
+                       [-a due=1] [-a dry_run=1] [-a trigger=manual]
 
 A feed's entries become posts; an entry that carries only a short summary is followed to
-its article page, whose text trafilatura extracts. After the last post of a feed, the
-spider yields the feed's :class:`FeedResult`; the writer stores the feed's validators in
-the same transaction as that post, so a crawl killed at any moment never leaves a stored
-ETag in front of entries that were not stored.
+its article page, whose text trafilatura extracts (the summary is kept when that fails).
+After the last post of a feed, the spider yields the feed's :class:`FeedResult`; the
+store pipeline writes the feed's validators in the same transaction as that post, so a
+crawl killed at any moment never leaves a stored ETag in front of entries it did not
+store. Which feeds are polled, and what a result does to a feed's state, is polling
+policy (:mod:`vesti_scrapy.polling`); the database is reached through the crawl's
+:class:`~vesti_scrapy.extensions.database.CrawlDatabase`.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import scrapy
 from scrapy.exceptions import (
@@ -32,22 +32,27 @@ from scrapy.http import Request, Response, TextResponse
 from scrapy.spidermiddlewares.httperror import HttpError
 from twisted.internet.error import ConnectError, DNSLookupError, TimeoutError
 
+from vesti_scrapy import polling
 from vesti_scrapy.arguments import CrawlArguments
-from vesti_scrapy.cpu import CpuPool, JobTimeout
-from vesti_scrapy.deltafetch import ArticleDeltaFetch
+from vesti_scrapy.extensions.cpu import CpuPool, JobLost
+from vesti_scrapy.extensions.database import CrawlDatabase
 from vesti_scrapy.feeds import Entry, FeedError, parse_feed
 from vesti_scrapy.items import FeedResult, PostItem
 from vesti_scrapy.registry import Source, load_sources
-from vesti_scrapy.storage import Store, prepare_database, utcnow
+from vesti_scrapy.signals import request_skipped
+from vesti_scrapy.storage import StorageError
 from vesti_scrapy.text import extract_article, text_sha256
+from vesti_scrapy.timefmt import utcnow
 from vesti_scrapy.urls import normalize_url
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from twisted.python.failure import Failure
 
+    from vesti_scrapy.storage import Storage
+    from vesti_scrapy.storage.records import SourceRow
+
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # Failures that mean the host could not be reached at all (as opposed to a bad answer).
 CONNECTION_ERRORS = (
@@ -66,6 +71,8 @@ class _FeedProgress:
 
     result: FeedResult
     pending_articles: int = 0
+    # Every entry has been looked at: the result goes when no article is pending.
+    sealed: bool = False
 
 
 def describe_failure(failure: Failure) -> str:
@@ -76,6 +83,11 @@ def describe_failure(failure: Failure) -> str:
     exc = failure.value
     message = str(exc).strip() or type(exc).__name__
     return f"{type(exc).__name__}: {message}"
+
+
+def _sync_registry(storage: Storage, registry: list[Source]) -> dict[str, SourceRow]:
+    storage.sources.sync(registry)
+    return {row.slug: row for row in storage.sources.all()}
 
 
 class FeedsSpider(scrapy.Spider):
@@ -98,76 +110,61 @@ class FeedsSpider(scrapy.Spider):
         )
         self.trigger = trigger
         self.summary_min_chars = 0  # VESTI_SUMMARY_MIN_CHARS, read in from_crawler
+        self.registry: list[Source] = []
         self.sources_by_slug: dict[str, Source] = {}
-        self.to_crawl: list[tuple[Source, str]] = []
         self._feeds: dict[str, _FeedProgress] = {}
+        # Article pages requested in this crawl, by canonical URL: the same article in
+        # two feeds is fetched once.
         self._articles_requested: set[str] = set()
-        self.skipped_dead: list[str] = []
-        self.store: Store | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> FeedsSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
         settings = crawler.settings
         if spider.arguments.dry_run:
-            crawler.settings.set("VESTI_DRY_RUN", True, priority="spider")
-        # Both on every crawl's critical path, so side by side: the database's first open
-        # runs SQLite's integrity check (60 ms at 20,000 posts; SQLite releases the GIL)
-        # while the registry is parsed (57 ms for 1,000 feeds). A database not there yet
-        # is created only once the arguments are known to be good.
-        switch_interval = sys.getswitchinterval()
-        # The parse holds the GIL for whole 5 ms switch intervals, and each of the open's
-        # dozen statements waits for one to end before it may return: 130 ms in all
-        # instead of 75, unless the parse lets go of the GIL more often meanwhile.
-        sys.setswitchinterval(0.001)
-        try:
-            with ThreadPoolExecutor(max_workers=1) as executor:
-                preparing = None
-                if not spider.arguments.dry_run and Path(settings["VESTI_DB"]).exists():
-                    preparing = executor.submit(prepare_database, settings["VESTI_DB"])
-                registry = load_sources(settings["VESTI_SOURCES"])
-                if preparing is not None:
-                    preparing.result()
-        finally:
-            sys.setswitchinterval(switch_interval)
-        spider.arguments.check_against(registry, settings["VESTI_SOURCES"])
-        spider.sources_by_slug = {s.slug: s for s in registry}
-        spider.to_crawl = spider._select(registry, settings)
+            settings.set("VESTI_DRY_RUN", True, priority="spider")
+        # Before anything is opened or requested: a bad argument or registry fails here.
+        spider.registry = load_sources(settings["VESTI_SOURCES"])
+        spider.arguments.check_against(spider.registry, settings["VESTI_SOURCES"])
+        spider.sources_by_slug = {s.slug: s for s in spider.registry}
         spider.summary_min_chars = settings.getint("VESTI_SUMMARY_MIN_CHARS")
         crawler.signals.connect(spider.spider_closed, signal=scrapy.signals.spider_closed)
+        crawler.signals.connect(spider.article_skipped, signal=request_skipped)
         return spider
 
-    def _select(self, registry: list[Source], settings: Any) -> list[tuple[Source, str]]:
+    # --- which feeds -------------------------------------------------------------------
+    async def _select(self) -> list[tuple[Source, str]]:
         """Sync the registry into the database and pick the feeds this crawl polls, each
         with the URL to poll (a permanent redirect adopted earlier, else its feed_url)."""
+        matching = [s for s in self.registry if self.arguments.matches(s)]
         if self.arguments.dry_run:  # no database: every matching feed, at its feed_url
-            return [(s, s.feed_url) for s in registry if self.arguments.matches(s) and s.feed_url]
-        # Kept open for the crawl: entries already stored are looked up per feed.
-        self.store = store = Store.open(settings["VESTI_DB"])
-        store.sync_sources(registry)
-        rows = {row.slug: row for row in store.sources()}
+            return [(s, s.feed_url) for s in matching if s.feed_url]
+        database = self.crawler.get_extension(CrawlDatabase)
+        try:
+            rows = await database.run(_sync_registry, self.registry)
+        except StorageError:
+            return []  # the crawl is stopping: CrawlDatabase said why
         now = utcnow()
-        selected = []
-        for source in registry:
+        selected, dead = [], []
+        for source in matching:
             row = rows[source.slug]
-            if not self.arguments.matches(source) or not row.poll_url:
+            if not row.poll_url:
                 continue
-            if self.arguments.due and row.next_due_at is not None and row.next_due_at > now:
-                continue
-            # Dead feeds are polled once a day by due crawls, and when named.
             named = source.slug in self.arguments.sources
-            if row.feed_status == "dead" and not (named or self.arguments.due):
-                self.skipped_dead.append(source.slug)
-                continue
-            selected.append((source, row.poll_url))
+            reason = polling.skip_reason(row, due_only=self.arguments.due, named=named, now=now)
+            if reason == "dead":
+                dead.append(source.slug)
+            elif reason is None:
+                selected.append((source, row.poll_url))
+        for slug in dead:
+            logger.info("Skipping dead source %s (name it with -a source= to try it)", slug)
+        self.crawler.stats.set_value("feeds/skipped_dead", len(dead))
         return selected
 
     async def start(self) -> AsyncIterator[Request]:
-        for slug in self.skipped_dead:
-            logger.info("Skipping dead source %s (name it with -a source= to try it)", slug)
-        self.crawler.stats.set_value("feeds/skipped_dead", len(self.skipped_dead))
-        logger.info("Crawling %d feed(s)", len(self.to_crawl))
-        for source, url in self.to_crawl:
+        feeds = await self._select()
+        logger.info("Crawling %d feed(s)", len(feeds))
+        for source, url in feeds:
             yield Request(
                 url,
                 callback=self.parse_feed,
@@ -176,7 +173,7 @@ class FeedsSpider(scrapy.Spider):
                 dont_filter=True,
             )
 
-    # --- feeds ---------------------------------------------------------------------
+    # --- feeds -------------------------------------------------------------------------
     def _source_for(self, response: Response) -> Source:
         slug = response.meta.get("vesti_feed")
         if slug in self.sources_by_slug:
@@ -190,11 +187,6 @@ class FeedsSpider(scrapy.Spider):
             crawler="rss", direction="tech", lang=None, priority="P1", enabled=True,
         )  # fmt: skip
 
-    async def _cpu(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run CPU-heavy ``fn`` in the worker pool (inline when there is none)."""
-        pool = self.crawler.get_extension(CpuPool)
-        return fn(*args) if pool is None else await pool.run(fn, *args)
-
     async def parse_feed(
         self, response: Response
     ) -> AsyncIterator[PostItem | FeedResult | Request]:
@@ -207,19 +199,22 @@ class FeedsSpider(scrapy.Spider):
             yield result
             return
         content_type = response.headers.get(b"Content-Type", b"").decode("latin-1")
+        pool = self.crawler.get_extension(CpuPool)
         try:
-            feed = await self._cpu(parse_feed, response.body, response.url, content_type)
+            feed = await pool.run(parse_feed, response.body, response.url, content_type)
         except FeedError as exc:
             self.crawler.stats.inc_value("feeds/unreadable")
             yield self._failed(result, f"{exc} ({response.url})", "parse")
             return
-        except JobTimeout as exc:
-            self.crawler.stats.inc_value("feeds/parse_timeout")
+        except JobLost as exc:
+            self.crawler.stats.inc_value("feeds/parse_lost")
             yield self._failed(result, f"parsing gave up: {exc} ({response.url})", "parse")
             return
         if feed.problem:
             logger.info("Feed %s is malformed but readable: %s", source.slug, feed.problem)
             self.crawler.stats.inc_value("feeds/malformed")
+        for unreadable in feed.unreadable:
+            self._entry_failed(source.slug, unreadable)
         result.fetched = len(feed.entries)
         result.etag = _header(response, b"ETag")
         result.modified = _header(response, b"Last-Modified")
@@ -228,29 +223,27 @@ class FeedsSpider(scrapy.Spider):
         progress = _FeedProgress(result)
         self._feeds[source.slug] = progress
         fetched_at = utcnow()
-        posts = [(entry, self._post(source, entry, fetched_at)) for entry in feed.entries]
-        stored = self._stored([post.canonical_url for _, post in posts if post is not None])
-        for entry, post in posts:
+        for number, entry in enumerate(feed.entries, 1):
+            try:
+                post = self._post(source, entry, fetched_at)
+                request = None if post is None else self._article_request(entry, post)
+            except Exception as exc:  # one entry's fault never costs the rest of its feed
+                self._entry_failed(source.slug, f"entry {number}: {type(exc).__name__}: {exc}")
+                continue
             if post is None:
                 continue
-            if post.canonical_url in stored:
-                # Most of a feed on every poll but the first: skipped here, where it costs
-                # one indexed query per feed, not an item through the pipelines each.
-                result.known += 1
-                continue
-            article = self._article_request(entry, post)
-            if article is None:
+            if request is None:
                 yield _ensure_text(post)
-            elif article is not _ALREADY_HANDLED:
+            elif request is not _ALREADY_REQUESTED:
                 progress.pending_articles += 1
-                yield article
-        self.crawler.stats.inc_value("feeds/entries_stored_before", result.known)
+                yield request
+        progress.sealed = True
         if progress.pending_articles == 0:
             yield self._finish_feed(source.slug)
 
-    def _stored(self, canonical_urls: list[str]) -> set[str]:
-        """Which of these posts are in the database already (none in a dry run)."""
-        return set() if self.store is None else self.store.stored_urls(canonical_urls)
+    def _entry_failed(self, slug: str, what: str) -> None:
+        logger.warning("Feed %s: %s; the entry is skipped, the others are stored", slug, what)
+        self.crawler.stats.inc_value("feeds/entry_error")
 
     def feed_failed(self, failure: Failure) -> Iterator[FeedResult]:
         request = failure.request
@@ -269,13 +262,29 @@ class FeedsSpider(scrapy.Spider):
                 result.retry_after = _retry_after(response)
         yield self._failed(result, reason, kind)
 
+    def callback_failed(self, response: Response, exc: Exception) -> list[Any]:
+        """What a callback that raised still gives (FeedCallbackErrors calls it): a feed's
+        error result naming the exception, or an article's post with its summary."""
+        reason = f"{type(exc).__name__}: {exc}"
+        post = response.request.cb_kwargs.get("post") if response.request else None
+        if isinstance(post, PostItem):
+            logger.error("Article %s failed (%s); storing the feed's summary", response.url, reason)
+            return list(self._article_done(post))
+        source = self._source_for(response)
+        logger.error("Feed %s failed while its response was read: %s", source.slug, reason)
+        progress = self._feeds.pop(source.slug, None)
+        result = progress.result if progress else self._result(source.slug, response.request, "ok")
+        return [self._failed(result, f"{reason} ({response.url})", "parse")]
+
     def _result(self, slug: str, request: Request | None, status: str) -> FeedResult:
         meta = request.meta if request is not None else {}
+        source = self.sources_by_slug.get(slug)
         return FeedResult(
             slug,
             status,
             meta.get("vesti_started_at") or utcnow(),
             url=(meta.get("redirect_urls") or [request.url if request else ""])[0],
+            priority=source.priority if source else "P1",
             trigger=self.trigger,
         )
 
@@ -287,7 +296,7 @@ class FeedsSpider(scrapy.Spider):
     def _finish_feed(self, slug: str) -> FeedResult:
         return self._feeds.pop(slug).result
 
-    # --- entries -------------------------------------------------------------------
+    # --- entries ---------------------------------------------------------------------
     def _post(self, source: Source, entry: Entry, fetched_at: str) -> PostItem | None:
         if entry.link:
             url = entry.link
@@ -303,7 +312,6 @@ class FeedsSpider(scrapy.Spider):
         return PostItem(
             source=source.slug,
             url=url,
-            canonical_url=normalize_url(url),
             title=entry.title,
             text=entry.text,
             fetched_at=fetched_at,
@@ -314,46 +322,39 @@ class FeedsSpider(scrapy.Spider):
         )
 
     def _article_request(self, entry: Entry, post: PostItem) -> Request | object | None:
-        """The request for the entry's article page, or None when the feed text is enough.
-
-        Returns ``_ALREADY_HANDLED`` when the article is already on its way in this crawl
-        (the same article in another feed) or was fetched by an earlier crawl.
-        """
+        """The request for the entry's article page; None when the feed's text is enough,
+        ``_ALREADY_REQUESTED`` when another feed's entry asked for the same page."""
         if not entry.summary_only or len(entry.text) >= self.summary_min_chars:
             return None
         if not entry.link or not entry.link.startswith(("http://", "https://")):
             return None
-        key = post.canonical_url  # the entry's link, normalized
+        post.canonical_url = key = normalize_url(entry.link)
         if key in self._articles_requested:
             self.crawler.stats.inc_value("articles/shared")
-            return _ALREADY_HANDLED
+            return _ALREADY_REQUESTED
         self._articles_requested.add(key)
-        deltafetch = self.crawler.get_spider_middleware(ArticleDeltaFetch)
-        if deltafetch is not None and deltafetch.seen(key):
-            self.crawler.stats.inc_value("deltafetch/skipped")
-            return _ALREADY_HANDLED
         return Request(
             entry.link,
             callback=self.parse_article,
             errback=self.article_failed,
             cb_kwargs={"post": post},
+            # DeltaFetch skips the page when an earlier crawl fetched it: its entry's
+            # post was stored with it then.
             meta={"vesti_article": True, "deltafetch_key": key},
             dont_filter=True,
         )
 
     async def parse_article(self, response: Response, post: PostItem) -> AsyncIterator[Any]:
         if isinstance(response, TextResponse):
-            # The body goes to the worker undecoded; the encoding is cheap to find when the
-            # page declares it (and is what Scrapy would decode with anyway).
+            pool = self.crawler.get_extension(CpuPool)
+            # The body goes to the worker undecoded, with the encoding the page declares.
             try:
-                text = await self._cpu(
+                text = await pool.run(
                     extract_article, response.body, response.url, response.encoding
                 )
-            except JobTimeout as exc:
-                logger.warning(
-                    "Extracting %s gave up (%s); storing the feed's summary", post.url, exc
-                )
-                self.crawler.stats.inc_value("articles/extract_timeout")
+            except JobLost as exc:
+                logger.warning("Extracting %s gave up (%s); storing the feed's summary", post.url, exc)
+                self.crawler.stats.inc_value("articles/extract_lost")
             else:
                 if len(text) > len(post.text):
                     post.text = text
@@ -374,18 +375,32 @@ class FeedsSpider(scrapy.Spider):
         self.crawler.stats.inc_value("articles/failed")
         yield from self._article_done(post)
 
+    def article_skipped(self, request: Request) -> None:
+        """DeltaFetch dropped an article request: its entry's post is stored already."""
+        post = request.cb_kwargs.get("post")
+        progress = self._feeds.get(post.source) if isinstance(post, PostItem) else None
+        if progress is not None:
+            progress.result.known += 1  # the summary counts it with the duplicates
+            self._article_settled(post.source)
+
     def _article_done(self, post: PostItem) -> Iterator[Any]:
         yield _ensure_text(post)
-        progress = self._feeds.get(post.source)
+        result = self._article_settled(post.source)
+        if result is not None:
+            yield result
+
+    def _article_settled(self, slug: str) -> FeedResult | None:
+        """One article of the feed is settled; the feed's result once none is pending
+        and every entry has been looked at."""
+        progress = self._feeds.get(slug)
         if progress is None:  # `scrapy parse` of an article alone
-            return
+            return None
         progress.pending_articles -= 1
-        if progress.pending_articles == 0:
-            yield self._finish_feed(post.source)
+        if progress.sealed and progress.pending_articles == 0:
+            return self._finish_feed(slug)
+        return None
 
     def spider_closed(self, spider: scrapy.Spider, reason: str) -> None:
-        if self.store is not None:
-            self.store.close()
         if self._feeds:
             logger.warning(
                 "Crawl ended (%s) before %d feed(s) completed; their state was not stored and "
@@ -396,7 +411,7 @@ class FeedsSpider(scrapy.Spider):
             )
 
 
-_ALREADY_HANDLED = object()
+_ALREADY_REQUESTED = object()
 
 
 def _ensure_text(post: PostItem) -> PostItem:

@@ -23,7 +23,7 @@ to a couple of thousand characters; an article with a cookie hint at its end is 
 wall). The matched phrases are returned, so the warning says why.
 
 Measured on the 60 real article pages of ``../shared/corpus/articles`` and the consent
-pages of ``tests/fixtures/consent`` (see ``tests/test_imports_consent.py`` and the README).
+pages of ``tests/fixtures/consent`` by ``python -m bench.consent`` (and the tests).
 """
 
 # Phrases in Russian, and typographic quotes, are meant: not look-alikes of ASCII.
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 # A notice is short; anything longer is an article, whatever it says about cookies.
 MAX_WALL_CHARS = 6000
@@ -190,73 +189,3 @@ def detect(text: str) -> ConsentVerdict:
         total <= MAX_WALL_CHARS and share >= MIN_NOTICE_SHARE and len(strong) >= MIN_STRONG_PHRASES
     )
     return ConsentVerdict(is_wall, share, strong, total)
-
-
-# --- measuring (python -m vesti_scrapy.consent) ---------------------------------------
-
-
-@dataclass
-class Measurement:
-    """The detector on labelled pages, through the import's own extraction."""
-
-    walls: dict[str, bool] = field(default_factory=dict)  # page -> detected
-    articles: dict[str, bool] = field(default_factory=dict)  # page -> detected (wrongly)
-
-    @property
-    def true_positives(self) -> int:
-        return sum(self.walls.values())
-
-    @property
-    def false_positives(self) -> int:
-        return sum(self.articles.values())
-
-    @property
-    def precision(self) -> float:
-        flagged = self.true_positives + self.false_positives
-        return self.true_positives / flagged if flagged else 1.0
-
-    @property
-    def recall(self) -> float:
-        return self.true_positives / len(self.walls) if self.walls else 1.0
-
-    def summary(self) -> str:
-        return (
-            f"consent walls: {self.true_positives}/{len(self.walls)} detected, "
-            f"{self.false_positives} false positive(s) on {len(self.articles)} article pages: "
-            f"precision {self.precision:.2f}, recall {self.recall:.2f}"
-        )
-
-
-def measure(walls: list[str | Path], articles: list[str | Path]) -> Measurement:
-    """Run each page through :func:`vesti_scrapy.imports.extract_page`."""
-    from vesti_scrapy.imports import extract_page
-
-    result = Measurement()
-    for paths, found in ((walls, result.walls), (articles, result.articles)):
-        for path in map(Path, paths):
-            html = path.read_bytes().decode("utf-8", errors="replace")
-            found[path.name] = (
-                extract_page(html, "https://example.org/article")["consent"] is not None
-            )
-    return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="precision and recall of the detector")
-    parser.add_argument("--walls", nargs="+", default=[], help="consent-wall pages")
-    parser.add_argument("--articles", nargs="+", default=[], help="article pages")
-    args = parser.parse_args(argv)
-    result = measure(args.walls, args.articles)
-    for name, detected in sorted(result.walls.items()):
-        print(f"wall     {'detected' if detected else 'MISSED':<9} {name}")
-    for name, detected in sorted(result.articles.items()):
-        if detected:
-            print(f"article  FLAGGED   {name}")
-    print(result.summary())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

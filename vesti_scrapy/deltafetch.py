@@ -1,44 +1,39 @@
-"""scrapy-deltafetch for article pages, safe for concurrent crawls and kills.
+"""scrapy-deltafetch for article pages, with its index in our database.
 
-Upstream DeltaFetch keeps a dbm file open for the whole crawl and writes a key as soon as
-a callback yields an item. Measured here, that breaks in three ways:
+Upstream's middleware logic decides: a request whose key was stored is skipped, and the
+key of a page that gave an item is stored. Only its storage is swapped: instead of a dbm
+file beside the database (which a deleted or restored database did not take along, and
+which two crawls at once overwrote), the ``fetched_articles`` table, written in the
+transaction of the post each page gave (:class:`~vesti_scrapy.extensions.database.
+FetchedArticles`). The key is the article's canonical URL (``meta["deltafetch_key"]``).
 
-* Python on this kind of machine has only ``dbm.dumb``: no locking, and the index is
-  written on close. Two crawls of ``feeds`` at once (scrapyd runs jobs in parallel) each
-  write their own index over the other's; with gdbm the second opener fails and upstream
-  deletes and recreates the file, losing every key.
-* ``dbm.dumb`` parses its whole index on open: 0.1 s per 7,000 keys, and the index only
-  grows (every article page ever fetched), so every crawl's start-up would too.
-* A key written before the item is committed to SQLite makes a killed crawl skip, on the
-  next run, an article whose post was never stored.
+Two things upstream's 2.1 lacks for Scrapy 2.19 are added around its logic: an
+asynchronous ``process_spider_output`` (2.19 refuses a middleware without one for
+asynchronous callbacks), which runs upstream's logic output by output; and the
+:data:`~vesti_scrapy.signals.request_skipped` signal for each request it skips, so that
+the spider accounts for the article (its entry was stored with the page, before).
 
-So here the index is a small SQLite file (``<DELTAFETCH_DIR>/<spider>.sqlite``): a key is
-looked up by its primary key when an article is about to be requested (a crawl of 304s
-never opens it), SQLite's locking lets crawls read and write it at once, and this crawl's
-keys are added in one transaction at a clean finish, after the item pipelines have
-committed everything. A killed crawl adds nothing; the next one fetches those pages again
-and the dedup pipeline drops what was stored. An index left by the dbm version is imported
-once. The spider asks :meth:`seen` before it requests an article, so it can account for
-every entry.
+An index an earlier version left in ``DELTAFETCH_DIR`` (upstream's dbm file, or our
+previous version's SQLite file) is imported once.
 """
 
 from __future__ import annotations
 
 import dbm
-import fcntl
 import logging
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
+from scrapy.http import Request
 from scrapy_deltafetch.middleware import DeltaFetch
 
-from vesti_scrapy.storage import connect_fetched_index, transaction
+from vesti_scrapy.extensions.database import CrawlDatabase
+from vesti_scrapy.signals import request_skipped
+from vesti_scrapy.storage import StorageError
 
 if TYPE_CHECKING:
     from typing import Self
@@ -47,152 +42,110 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
+    from vesti_scrapy.storage import Storage
+
 logger = logging.getLogger(__name__)
 
 
+class _Stats:
+    """The stats collector as upstream calls it: with the spider, which Scrapy 2.19's
+    collector no longer takes."""
+
+    def __init__(self, stats: Any) -> None:
+        self.stats = stats
+
+    def inc_value(self, key: str, count: int = 1, start: int = 0, spider: Any = None) -> None:
+        self.stats.inc_value(key, count, start)
+
+
 class ArticleDeltaFetch(DeltaFetch):
-    def __init__(self, dir: str, reset: bool = False, stats: Any = None) -> None:
-        super().__init__(dir, reset, stats)
-        self.fetched: set[bytes] = set()
-        self.spider: Spider | None = None
-        self.index: sqlite3.Connection | None = None
-        self.unreadable = False
+    def __init__(self, dir: str, reset: bool, stats: Any, crawler: Crawler) -> None:
+        super().__init__(dir, reset, _Stats(stats))
+        self.crawler = crawler
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
         if not settings.getbool("DELTAFETCH_ENABLED") or settings.getbool("VESTI_DRY_RUN"):
             raise NotConfigured
-        directory = settings.get("DELTAFETCH_DIR") or str(
+        legacy_dir = settings.get("DELTAFETCH_DIR") or str(
             Path(settings["VESTI_DB"]).parent / "deltafetch"
         )
-        middleware = cls(directory, settings.getbool("DELTAFETCH_RESET"), crawler.stats)
+        middleware = cls(legacy_dir, settings.getbool("DELTAFETCH_RESET"), crawler.stats, crawler)
+        middleware.fingerprint = crawler.request_fingerprinter.fingerprint
         crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
+        if not settings.getbool("VESTI_DEBUG_DELTAFETCH"):
+            # Upstream logs every skipped article at INFO: thousands of lines a crawl.
+            # They are counted in the stats (deltafetch/skipped).
+            logging.getLogger("scrapy_deltafetch.middleware").setLevel(logging.WARNING)
         return middleware
 
-    def _path(self, spider: Spider) -> Path:
-        return Path(self.dir) / f"{spider.name}.sqlite"
-
-    def _reset(self, spider: Spider) -> bool:
-        return self.reset or getattr(spider, "deltafetch_reset", False)
-
-    def spider_opened(self, spider: Spider) -> None:
+    async def spider_opened(self, spider: Spider) -> None:  # type: ignore[override]
+        database = self.crawler.get_extension(CrawlDatabase)
+        self.db = database.fetched_articles
         self.spider = spider
-
-    def _open(self, spider: Spider) -> sqlite3.Connection:
-        path = self._path(spider)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = connect_fetched_index(path)
+        reset = self.reset or getattr(spider, "deltafetch_reset", False)
         try:
-            self._import_dbm(conn, spider)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    @contextmanager
-    def _locked(self, spider: Spider) -> Iterator[None]:
-        lock_path = Path(self.dir) / f"{spider.name}.lock"
-        with lock_path.open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _import_dbm(self, conn: sqlite3.Connection, spider: Spider) -> None:
-        """Keys of the index the dbm version of this middleware kept, once."""
-        legacy = Path(self.dir) / f"{spider.name}.db"
-
-        def legacy_files() -> list[Path]:
-            return [p for p in legacy.parent.glob(f"{legacy.name}*") if p.suffix != ".lock"]
-
-        if not legacy_files():
-            return
-        with self._locked(spider):
-            files = legacy_files()  # again: a crawl running alongside may have taken it over
-            if not files:
-                return
-            try:
-                with dbm.open(str(legacy), "r") as db:
-                    keys = list(db.keys())
-            except Exception as exc:  # any dbm backend's "cannot read this file"
-                logger.warning("Old DeltaFetch index %s is unreadable (%s); dropped", legacy, exc)
-                keys = []
-            with transaction(conn):
-                conn.executemany(
-                    "INSERT OR IGNORE INTO fetched (key, at) VALUES (?, ?)",
-                    [(key, time.time()) for key in keys],
-                )
-            for path in files:
-                path.unlink(missing_ok=True)
-        logger.info("Imported %d key(s) of the old DeltaFetch index %s", len(keys), legacy)
-
-    def seen(self, key: str) -> bool:
-        """Whether a finished crawl already fetched the article page with this key."""
-        if self.spider is None or self.unreadable or self._reset(self.spider):
-            return False
-        try:
-            if self.index is None:
-                self.index = self._open(self.spider)
-            row = self.index.execute(
-                "SELECT 1 FROM fetched WHERE key = ?", (key.encode("utf-8"),)
-            ).fetchone()
-        except sqlite3.DatabaseError as exc:
-            logger.warning(
-                "DeltaFetch index %s is unreadable (%s); fetching every article",
-                self._path(self.spider),
-                exc,
-            )
-            self.stats.inc_value("deltafetch/unreadable")
-            self.unreadable = True
-            return False
-        return row is not None
-
-    def spider_closed(self, spider: Spider, reason: str) -> None:
-        if self.index is not None:
-            self.index.close()
-            self.index = None
-        if reason != "finished" or not self.fetched:
-            return
-        try:
-            self._store(spider)
-        except sqlite3.DatabaseError as exc:
-            path = self._path(spider)
-            logger.warning("DeltaFetch index %s is unreadable (%s); recreating it", path, exc)
-            self.stats.inc_value("deltafetch/recreated")
-            for leftover in path.parent.glob(f"{path.name}*"):
-                leftover.unlink()
-            self._store(spider)
-        self.stats.set_value("deltafetch/stored", len(self.fetched))
-
-    def _store(self, spider: Spider) -> None:
-        with closing(self._open(spider)) as conn, transaction(conn):
-            if self._reset(spider):
-                conn.execute("DELETE FROM fetched")
-            stamp = time.time()
-            conn.executemany(
-                "INSERT OR REPLACE INTO fetched (key, at) VALUES (?, ?)",
-                [(key, stamp) for key in self.fetched],
-            )
-
-    def _article_key(self, response: Response) -> bytes | None:
-        key = response.request.meta.get("deltafetch_key") if response.request else None
-        return key.encode("utf-8") if key else None
-
-    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterator[Any]:
-        key = self._article_key(response)
-        for output in result:
-            if key is not None:
-                self.fetched.add(key)
-            yield output
+            await database.run(_import_legacy, Path(self.dir), spider.name)
+            if reset:
+                await database.run(lambda storage: storage.posts.forget_fetched())
+        except StorageError:
+            pass  # the crawl is stopping: CrawlDatabase said why
 
     async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
-        key = self._article_key(response)
         async for output in result:
-            if key is not None:
-                self.fetched.add(key)
-            yield output
+            kept = False
+            for passed in self.process_spider_output(response, (output,), self.spider):
+                kept = True
+                yield passed
+            if not kept and isinstance(output, Request):
+                self.crawler.signals.send_catch_log(signal=request_skipped, request=output)
+
+
+def _legacy_files(directory: Path, spider: str) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(
+        path
+        for path in directory.iterdir()
+        if path.name.startswith((f"{spider}.db", f"{spider}.sqlite")) and path.suffix != ".lock"
+    )
+
+
+def _legacy_keys(directory: Path, spider: str) -> Iterable[bytes]:
+    dbm_index = directory / f"{spider}.db"
+    if any(path.name.startswith(dbm_index.name) for path in directory.iterdir()):
+        try:
+            with dbm.open(str(dbm_index), "r") as index:
+                yield from index.keys()
+        except Exception as exc:  # any dbm backend's "cannot read this file"
+            logger.warning("Old DeltaFetch index %s is unreadable (%s); dropped", dbm_index, exc)
+    sqlite_index = directory / f"{spider}.sqlite"
+    if sqlite_index.exists():
+        try:
+            conn = sqlite3.connect(f"file:{sqlite_index}?mode=ro", uri=True)
+            try:
+                yield from (row[0] for row in conn.execute("SELECT key FROM fetched"))
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as exc:
+            logger.warning("Old DeltaFetch index %s is unreadable (%s); dropped", sqlite_index, exc)
+
+
+def _import_legacy(storage: Storage, directory: Path, spider: str) -> None:
+    """Keys of an index beside the database, into it, once: under the write lock, so
+    that of two crawls starting at once the second finds the files gone."""
+    if not _legacy_files(directory, spider):
+        return
+    with storage.transaction():
+        files = _legacy_files(directory, spider)
+        if not files:
+            return
+        keys = {key.decode("utf-8", "replace") for key in _legacy_keys(directory, spider)}
+        storage.posts.add_fetched(sorted(keys))
+        for path in files:
+            path.unlink(missing_ok=True)
+    logger.info("Imported %d key(s) of the old DeltaFetch index in %s", len(keys), directory)

@@ -46,6 +46,30 @@ class ParsedFeed:
     problem: str | None = None
     # Time-to-live the feed asks for, in minutes (RSS <ttl>).
     ttl: int | None = None
+    # Entries that could not be read, each as "which entry: what went wrong"; the
+    # others are in ``entries``.
+    unreadable: list[str] = field(default_factory=list)
+
+
+def _label(raw: Any, number: int) -> str:
+    """An entry as a person finds it in the feed: its number, and its link, id or title."""
+    names = (
+        [raw.get(key) for key in ("link", "url", "id", "title")] if isinstance(raw, dict) else []
+    )
+    name = next((n for n in names if isinstance(n, str) and n.strip()), "")
+    return f"entry {number}" + (f" ({name.strip()[:120]})" if name else "")
+
+
+def _read_entries(raws: list[Any], read: Any, parsed: ParsedFeed) -> None:
+    """Each entry read on its own: one that fails is reported, never the rest's loss."""
+    for number, raw in enumerate(raws, 1):
+        try:
+            entry = read(raw)
+        except Exception as exc:
+            parsed.unreadable.append(f"{_label(raw, number)}: {type(exc).__name__}: {exc}")
+            continue
+        if entry is not None:
+            parsed.entries.append(entry)
 
 
 def _iso(struct: time.struct_time | None) -> str | None:
@@ -110,7 +134,7 @@ def _entry_from_feedparser(raw: dict[str, Any]) -> Entry:
         title=title,
         text=text,
         summary_only=summary_only,
-        author=raw.get("author") or None,
+        author=normalize_whitespace(raw.get("author") or "") or None,
         published_at=published,
     )
 
@@ -134,35 +158,38 @@ def _parse_json_feed(body: bytes, url: str) -> ParsedFeed:
     ):
         raise FeedError("JSON document is not a JSON Feed (no jsonfeed.org version)")
     items = doc.get("items")
-    entries = []
-    for item in items if isinstance(items, list) else []:
-        if not isinstance(item, dict):
-            continue
-        link = _str(item.get("url")) or _str(item.get("external_url"))
-        if _str(item.get("content_html")):
-            text, summary_only = html_to_text(item["content_html"]), False
-        elif _str(item.get("content_text")):
-            text, summary_only = normalize_whitespace(item["content_text"]), False
-        else:
-            text, summary_only = html_to_text(_str(item.get("summary"))), True
-        authors = item.get("authors")
-        if not isinstance(authors, list):
-            authors = [item.get("author")]
-        author = next((_str(a.get("name")) for a in authors if isinstance(a, dict)), "")
-        entry_id = item.get("id")
-        entries.append(
-            Entry(
-                link=urljoin(url, link) if link else None,
-                entry_id=str(entry_id) if isinstance(entry_id, (str, int)) else None,
-                title=html_to_text(_str(item.get("title"))),
-                text=text,
-                summary_only=summary_only,
-                author=author or None,
-                published_at=parse_date(_str(item.get("date_published")))
-                or parse_date(_str(item.get("date_modified"))),
-            )
-        )
-    return ParsedFeed(entries=entries)
+    parsed = ParsedFeed()
+    _read_entries(
+        items if isinstance(items, list) else [], lambda item: _json_entry(item, url), parsed
+    )
+    return parsed
+
+
+def _json_entry(item: Any, url: str) -> Entry | None:
+    if not isinstance(item, dict):
+        return None
+    link = _str(item.get("url")) or _str(item.get("external_url"))
+    if _str(item.get("content_html")):
+        text, summary_only = html_to_text(item["content_html"]), False
+    elif _str(item.get("content_text")):
+        text, summary_only = normalize_whitespace(item["content_text"]), False
+    else:
+        text, summary_only = html_to_text(_str(item.get("summary"))), True
+    authors = item.get("authors")
+    if not isinstance(authors, list):
+        authors = [item.get("author")]
+    author = next((_str(a.get("name")) for a in authors if isinstance(a, dict)), "")
+    entry_id = item.get("id")
+    return Entry(
+        link=urljoin(url, link) if link else None,
+        entry_id=str(entry_id) if isinstance(entry_id, (str, int)) else None,
+        title=html_to_text(_str(item.get("title"))),
+        text=text,
+        summary_only=summary_only,
+        author=normalize_whitespace(author) or None,
+        published_at=parse_date(_str(item.get("date_published")))
+        or parse_date(_str(item.get("date_modified"))),
+    )
 
 
 def parse_feed(body: bytes, url: str, content_type: str = "") -> ParsedFeed:
@@ -181,10 +208,12 @@ def parse_feed(body: bytes, url: str, content_type: str = "") -> ParsedFeed:
     exc = parsed.get("bozo_exception") if parsed.get("bozo") else None
     if parsed.get("bozo"):
         problem = f"{type(exc).__name__}: {exc}" if exc else "malformed feed"
-    entries = [_entry_from_feedparser(raw) for raw in parsed.entries]
+    result = ParsedFeed(problem=problem)
+    _read_entries(parsed.entries, _entry_from_feedparser, result)
+    entries = result.entries
     # No entries and no RSS/Atom/RDF root: not a feed, whether or not the XML was well
     # formed (a well-formed document served as application/xml sets no problem).
-    if not entries and not parsed.get("version"):
+    if not entries and not result.unreadable and not parsed.get("version"):
         raise FeedError(f"not a readable feed ({problem or 'no RSS, Atom or RDF root element'})")
     # A feed cut off or broken before its first entry is an error, not an empty feed; a
     # charset or Content-Type remark alone is not (a valid empty feed can carry one).
@@ -192,13 +221,12 @@ def parse_feed(body: bytes, url: str, content_type: str = "") -> ParsedFeed:
         raise FeedError(f"malformed feed with no readable entry ({problem})")
     feed_info = parsed.get("feed", {})
     ttl = feed_info.get("ttl")
-    return ParsedFeed(
-        entries=entries,
-        # lastBuildDate (Atom: updated), else the channel's pubDate.
-        last_build_date=_iso(_own(feed_info, "updated_parsed"))
+    # lastBuildDate (Atom: updated), else the channel's pubDate.
+    result.last_build_date = (
+        _iso(_own(feed_info, "updated_parsed"))
         or _iso(feed_info.get("published_parsed"))
         or _own(feed_info, "updated")
-        or feed_info.get("published"),
-        problem=problem,
-        ttl=int(ttl) if isinstance(ttl, str) and ttl.strip().isdigit() else None,
+        or feed_info.get("published")
     )
+    result.ttl = int(ttl) if isinstance(ttl, str) and ttl.strip().isdigit() else None
+    return result

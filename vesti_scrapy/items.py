@@ -33,9 +33,9 @@ class ImportOutcome:
     """What became of one imported URL: the new state of its ``import_items`` row.
 
     Attached to the item's post (``PostItem.outcome``), it is recorded in the transaction
-    that stores the post; a post already stored (or dropped as a duplicate) makes it
-    ``duplicate``, linked to that post. Yielded alone when there is no post to store (an
-    error, a URL already stored). Only the crawl holding the job's lease records it.
+    that stores the post; a post already stored makes it ``duplicate``, linked to that
+    post. Yielded alone when there is no post to store (an error). Only the crawl
+    holding the job's lease records it.
     """
 
     item_id: int
@@ -53,17 +53,19 @@ class ImportOutcome:
 class FeedResult:
     """What one crawl of one feed came to: a `runs` row and the feed's new state.
 
-    The spider yields it after every post of the feed, so the writer stores the feed's
-    validators only in the transaction that commits the last of its posts.
+    The spider yields it after every post of the feed, so the store pipeline writes the
+    feed's validators only in the transaction that commits the last of its posts.
     """
 
     source: str
     status: str  # ok | not_modified | error
     started_at: str
     url: str = ""  # the URL requested
+    priority: str = "P1"  # the source's: its polling interval
     fetched: int = 0
     new: int = 0
-    # Entries skipped because a post with their canonical URL was stored before.
+    # Entries whose post was stored before: skipped by the unique indexes, or their
+    # article page by DeltaFetch.
     known: int = 0
     error: str | None = None
     # connection (DNS, refused, timeout) | http | gone (410) | parse

@@ -1,59 +1,64 @@
-"""When to poll a feed next, and what one crawl of it does to its state.
+"""Polling policy: which feeds a crawl polls, and what one crawl of a feed does to its state.
 
-The policy is a pure function of the feed's state and the crawl's result, so that it can
-be read and tested on its own; :class:`~vesti_scrapy.storage.Store` applies it.
+Pure functions of the feed's state and the crawl's results, so that they can be read and
+tested on their own; the crawl's store pipeline applies them and storage keeps what
+they decided.
 
 * Every feed is polled at its priority's interval (P0 15 min, P1 1 h, P2 4 h), or less
   often when the server asks for it (Cache-Control max-age, the feed's <ttl>, Retry-After
   on 429/503), never less than once a day.
-* Errors back off exponentially from the interval up to a day; after
-  ``dead_after`` consecutive errors (or an HTTP 410 Gone) the feed is dead, but is still
-  tried once a day and comes back alive by itself on the first success.
+* Errors back off exponentially from the interval up to a day; after ``dead_after``
+  consecutive errors (or an HTTP 410 Gone) the feed is dead, but is still tried once a
+  day and comes back alive by itself on the first success.
+* When every feed of a crawl failed to connect, on two hosts or more, our own network
+  was down: those failures count against no feed.
 * A feed redirected permanently (301/308) to the same URL in 3 consecutive crawls is
   polled at that URL from then on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from vesti_scrapy.registry import PRIORITIES
+from vesti_scrapy.storage.records import FeedState
+from vesti_scrapy.timefmt import iso
 
 if TYPE_CHECKING:
     from vesti_scrapy.items import FeedResult
+    from vesti_scrapy.storage.records import SourceRow
 
 DAY = 24 * 3600
 REDIRECTS_TO_ADOPT = 3
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+__all__ = ["DAY", "FeedState", "apply_result", "interval_seconds", "network_down", "skip_reason"]
 
 
 def interval_seconds(priority: str) -> int:
     return PRIORITIES.get(priority, PRIORITIES["P1"]) * 60
 
 
-def iso(moment: datetime) -> str:
-    return moment.strftime(TIME_FORMAT)
+def skip_reason(row: SourceRow, *, due_only: bool, named: bool, now: str) -> str | None:
+    """Why a crawl does not poll this feed now, or None when it does: a due crawl polls
+    only what is due; a dead feed is polled when named, or by due crawls (once a day,
+    its backoff)."""
+    if due_only and row.next_due_at is not None and row.next_due_at > now:
+        return "not due"
+    if row.feed_status == "dead" and not (named or due_only):
+        return "dead"
+    return None
 
 
-@dataclass(frozen=True)
-class FeedState:
-    """A feed's row in `rss_state`."""
-
-    etag: str | None = None
-    modified: str | None = None
-    last_build_date: str | None = None
-    last_error: str | None = None
-    error_count: int = 0
-    status: str = "new"  # new | alive | dead
-    last_fetch_at: str | None = None
-    next_due_at: str | None = None
-    redirect_url: str | None = None
-    redirect_count: int = 0
-    effective_feed_url: str | None = None
-    # The feed's <ttl>, in seconds: kept across 304s, which carry no feed.
-    ttl_seconds: int | None = None
+def network_down(unreachable: Iterable[FeedResult], reached_any: bool) -> bool:
+    """Whether connection failures are our own network's fault: every feed of the crawl
+    failed to connect, on two hosts or more. A single host failing alone counts against
+    its feed: a crawl of one due feed whose host is gone must still move it towards dead."""
+    hosts = {urlsplit(result.url).hostname for result in unreachable}
+    return not reached_any and len(hosts) >= 2
 
 
 def apply_result(

@@ -2,12 +2,12 @@
 
 Paths come from settings that environment variables override (``VESTI_DB``,
 ``VESTI_SOURCES``), relative to the working directory and never to this file, so that the
-same settings work from a checkout, an installed package and a scrapyd egg.
+same settings work from a checkout, an installed package and a scrapyd egg. Code reads
+them through the crawler (or ``get_project_settings()``), so ``-s NAME=VALUE`` and
+scrapyd's ``setting=`` reach it.
 """
 
 import os
-
-from scrapy.settings import default_settings
 
 BOT_NAME = "vesti_scrapy"
 SPIDER_MODULES = ["spiders"]
@@ -16,7 +16,7 @@ NEWSPIDER_MODULE = "spiders"
 COMMANDS_MODULE = "vesti_scrapy.commands"
 
 # --- Project paths and identity ---------------------------------------------------------
-# SQLite database with sources, posts, per-feed state and runs.
+# The database: a SQLite file with sources, posts, per-feed state, runs and import jobs.
 VESTI_DB = os.environ.get("VESTI_DB", "data/vesti.db")
 # The registry of sources (YAML), validated and synced into the database on every crawl.
 VESTI_SOURCES = os.environ.get("VESTI_SOURCES", "sources.yaml")
@@ -34,9 +34,9 @@ VESTI_SUBSTANTIVE_CHARS = 200
 VESTI_WRITE_BATCH = 100
 # Worker processes that parse feeds and extract articles (0: in the crawl process).
 VESTI_PROCESS_POOL_WORKERS = int(os.environ.get("VESTI_PROCESS_POOL_WORKERS", os.cpu_count() or 1))
-# A worker that answers nothing for this many seconds while it has work is stopped, and
-# the feed or page it was on fails: no page may hold the crawl forever (the slowest of
-# the corpus's 60 real article pages is extracted in under 0.2 s).
+# A job that runs longer than this many seconds is given up and its worker stopped: no
+# page may hold the crawl forever (the slowest of the corpus's 60 real article pages is
+# extracted in under 0.2 s). Its feed fails, or its article keeps the feed's summary.
 VESTI_PROCESS_POOL_JOB_TIMEOUT = 120
 # Consecutive errors after which a source is marked dead.
 VESTI_DEAD_AFTER_ERRORS = 5
@@ -55,22 +55,32 @@ DOWNLOAD_TIMEOUT = 30
 # Feeds are published to be polled; robots.txt would cost one more request per host.
 ROBOTSTXT_OBEY = False
 CONCURRENT_REQUESTS = 32
+# Held even in bursts, for feeds and article pages alike (PerHostLimitMiddleware).
 CONCURRENT_REQUESTS_PER_DOMAIN = 4
 COOKIES_ENABLED = False
 RETRY_TIMES = 2
+# Seconds a retried request waits, doubled at each retry (0: at once, as for feeds).
+VESTI_RETRY_BACKOFF = 0.0
 # Validators live in our database; Scrapy's own cache would answer 304s for us.
 HTTPCACHE_ENABLED = False
 DOWNLOADER_MIDDLEWARES = {
     # Adds If-None-Match / If-Modified-Since from the stored feed state; sees 304s.
     "vesti_scrapy.middlewares.ConditionalRequestMiddleware": 560,
-    # Every request pays for each middleware; these do nothing for us: no allowed_domains,
-    # no HTTP auth, and a feed or article behind a <meta> refresh is not worth following.
+    # Last before the download: waits for a place in the host's quota.
+    "vesti_scrapy.middlewares.RetryBackoffMiddleware": 940,
+    "vesti_scrapy.middlewares.PerHostLimitMiddleware": 950,
+    # Switched off (COOKIES_ENABLED = False), and not worth a request's visit either:
+    # no allowed_domains, no HTTP auth, and a feed or article behind a <meta> refresh is
+    # not worth following.
+    "scrapy.downloadermiddlewares.cookies.CookiesMiddleware": None,
     "scrapy.downloadermiddlewares.offsite.OffsiteMiddleware": None,
     "scrapy.downloadermiddlewares.httpauth.HttpAuthMiddleware": None,
     "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,
 }
 SPIDER_MIDDLEWARES = {
-    # Article pages already fetched in a finished crawl are not fetched again.
+    # A callback that raises still gives its feed's error run, or its article's post.
+    "vesti_scrapy.spidermiddlewares.CallbackErrorsMiddleware": 950,
+    # Article pages already fetched by an earlier crawl are not fetched again.
     "vesti_scrapy.deltafetch.ArticleDeltaFetch": 100,
     # Every callback output passes each of these. We keep no depth and copy no meta. And
     # an article request dropped silently for its URL length would never report back to
@@ -81,6 +91,7 @@ SPIDER_MIDDLEWARES = {
     "scrapy.spidermiddlewares.metacopy.MetaCopyDetectionMiddleware": None,
 }
 DELTAFETCH_ENABLED = True
+# Where an earlier version kept DeltaFetch's index, imported once into the database.
 # Empty: `deltafetch/` next to VESTI_DB.
 DELTAFETCH_DIR = os.environ.get("DELTAFETCH_DIR", "")
 
@@ -89,30 +100,16 @@ ITEM_PIPELINES = {
     "pipelines.hashing.TextHashPipeline": 200,
     "pipelines.dedup.DedupPipeline": 300,
     "pipelines.dryrun.DryRunPrintPipeline": 700,
-    "pipelines.sqlite.SQLiteWriterPipeline": 800,
+    "pipelines.store.StorePipeline": 800,
 }
 EXTENSIONS = {
-    "vesti_scrapy.extensions.CrawlSummary": 500,
-    "vesti_scrapy.cpu.CpuPool": 510,
-}
-# Scrapy imports each component of its base lists only to find it switched off:
-# RemoteControl imports aiohttp and CookiesMiddleware tldextract, 0.2 s of every crawl's
-# start-up (a tenth of a crawl of 304s). Naming them None above would import them too, so
-# they are left out of the base lists, which otherwise stay Scrapy's own.
-switched_off = {
-    "scrapy.extensions.remote_control.RemoteControl",  # REMOTE_CONTROL_ENABLED = False
-    "scrapy.extensions.telnet.TelnetConsole",  # TELNETCONSOLE_ENABLED = False
-    "scrapy.downloadermiddlewares.cookies.CookiesMiddleware",  # COOKIES_ENABLED = False
-}
-EXTENSIONS_BASE = {
-    name: order
-    for name, order in default_settings.EXTENSIONS_BASE.items()
-    if name not in switched_off
-}
-DOWNLOADER_MIDDLEWARES_BASE = {
-    name: order
-    for name, order in default_settings.DOWNLOADER_MIDDLEWARES_BASE.items()
-    if name not in switched_off
+    # The crawl's database: opened with the spider, reached by everything else.
+    "vesti_scrapy.extensions.database.CrawlDatabase": 100,
+    "vesti_scrapy.extensions.cpu.CpuPool": 110,
+    "vesti_scrapy.extensions.summary.CrawlSummary": 500,
+    # Switched off above (TELNETCONSOLE_ENABLED, REMOTE_CONTROL_ENABLED).
+    "scrapy.extensions.telnet.TelnetConsole": None,
+    "scrapy.extensions.remote_control.RemoteControl": None,
 }
 
 # --- Bulk URL import (`python -m vesti_scrapy import`, `scrapy crawl urls`) ------------
@@ -123,9 +120,8 @@ DOWNLOADER_MIDDLEWARES_BASE = {
 VESTI_IMPORT_ALLOW_PRIVATE = os.environ.get("VESTI_IMPORT_ALLOW_PRIVATE", "") in ("1", "true")
 # Networks allowed all the same, comma-separated (an intranet wiki: "10.1.2.0/24").
 VESTI_IMPORT_ALLOW_NETWORKS = os.environ.get("VESTI_IMPORT_ALLOW_NETWORKS", "")
-# Politeness: requests at once to one host (counted by the urls spider itself: Scrapy
-# 2.19's CONCURRENT_REQUESTS_PER_DOMAIN lets queued requests through), and article pages
-# claimed at once in all (items claimed for a busy host wait, `extracting`, in the crawl).
+# Politeness: requests at once to one host, and items claimed at once in all (the crawl
+# claims more when it runs out).
 VESTI_IMPORT_CONCURRENCY_PER_HOST = 2
 VESTI_IMPORT_IN_FLIGHT = 8
 # Attempts per URL and crawl on 5xx, 408, 429, timeouts and connection errors; the n-th
@@ -138,8 +134,8 @@ VESTI_IMPORT_LEASE_SECONDS = 60
 
 LOG_LEVEL = os.environ.get("VESTI_LOG_LEVEL", "INFO")
 LOG_FORMATTER = "vesti_scrapy.logformatter.QuietDropsLogFormatter"
-# Items of one response processed at once. Our pipelines are synchronous, so more buys
-# nothing, and Scrapy starts this many asyncio tasks for every callback's output: at the
-# default of 100 that was 150,000 tasks for 1,500 responses.
+# Items of one response processed at once. Our pipelines do not wait on anything but the
+# store's backpressure, and Scrapy starts this many asyncio tasks for every callback's
+# output: at the default of 100 that was 150,000 tasks for 1,500 responses.
 CONCURRENT_ITEMS = 4
 FEED_EXPORT_ENCODING = "utf-8"

@@ -25,17 +25,26 @@ _SPACES = re.compile(r"[^\S\n]+")
 _ANY_SPACES = re.compile(r"\s+")
 _TAG = re.compile(r"<[A-Za-z!/?]")
 _BLANK_LINES = re.compile(r"\n\s*\n+")
+# C0 control characters but tab, line feed and carriage return, and DEL: XML (and so
+# lxml) refuses them, and in a feed they are debris, never text.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def strip_controls(text: str) -> str:
+    return _CONTROL.sub("", text)
 
 
 def normalize_whitespace(text: str) -> str:
-    """Collapse runs of spaces, trim every line, keep paragraph breaks (one blank line)."""
+    """Collapse runs of spaces, trim every line, keep paragraph breaks (one blank line);
+    control characters go."""
+    text = strip_controls(text)
     text = _SPACES.sub(" ", text.replace("\r\n", "\n").replace("\r", "\n"))
     text = "\n".join(line.strip() for line in text.split("\n"))
     return _BLANK_LINES.sub("\n\n", text).strip()
 
 
 def _collapse(text: str | None) -> str | None:
-    return _ANY_SPACES.sub(" ", text) if text else text
+    return _ANY_SPACES.sub(" ", strip_controls(text)) if text else text
 
 
 def _in_pre(element: Any) -> bool:
@@ -51,6 +60,8 @@ def html_to_text(html: str) -> str:
     if not _TAG.search(html):
         # No markup at all: plain text, whose line breaks mean something.
         return normalize_whitespace(htmllib.unescape(html))
+    # lxml refuses control characters; character references to them are dropped below.
+    html = strip_controls(html)
     try:
         root = lxml.html.fragment_fromstring(html, create_parent="div")
     except (etree.ParserError, ValueError):
@@ -61,8 +72,12 @@ def html_to_text(html: str) -> str:
     for element in root.iter():
         if not _in_pre(element):
             element.text = _collapse(element.text)
+        elif element.text:
+            element.text = strip_controls(element.text)
         if not _in_pre(element.getparent()):
             element.tail = _collapse(element.tail)
+        elif element.tail:
+            element.tail = strip_controls(element.tail)
     for element in root.iter(*BLOCK_TAGS):
         element.tail = "\n" + (element.tail or "")
         if element.tag not in ("br", "li", "tr", "dd", "dt"):

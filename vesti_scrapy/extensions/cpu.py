@@ -1,0 +1,122 @@
+"""Feed parsing and article extraction in worker processes, off the reactor.
+
+    pool = crawler.get_extension(CpuPool)
+    feed = await pool.run(parse_feed, response.body, response.url, content_type)
+
+Parsing with feedparser and extracting with trafilatura are nearly all of a crawl's CPU.
+Run in callbacks, they would keep the reactor's one thread busy while other cores idle;
+here a pebble ``ProcessPool`` runs them, so every core works and the reactor keeps
+downloading. pebble rather than ``concurrent.futures``: a page that sends a parser into
+an endless loop must not hold the crawl, and pebble kills the worker at the job's
+timeout (``VESTI_PROCESS_POOL_JOB_TIMEOUT``) and starts another.
+
+Workers are forked from a fork server, so that they hold none of the crawl's sockets and
+database handles; it preloads the parsers (third-party modules only: under scrapyd our
+own modules must come from the deployed egg, which the fork server of Python 3.11 does
+not see). Jobs get plain data and module-level functions; the jobs in flight are
+bounded, so bodies never pile up in memory. A worker that dies (killed, out of memory)
+costs only the job it was on; the pool starts another. With
+``VESTI_PROCESS_POOL_WORKERS = 0`` every call runs inline, in the crawl process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from pebble import ProcessExpired, ProcessPool
+from scrapy import signals
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Self
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PRELOAD = ["feedparser", "trafilatura"]
+
+
+class JobLost(Exception):
+    """A job whose worker could not finish it: it died, or ran out of time."""
+
+
+class JobTimeout(JobLost):
+    """The job ran longer than the pool's job timeout; its worker was stopped."""
+
+
+class CpuPool:
+    def __init__(self, workers: int, job_timeout: float, jobs_per_worker: int = 4) -> None:
+        self.workers = workers
+        self.job_timeout = job_timeout
+        # Queued per worker: enough that a worker finds its next job waiting.
+        self.jobs_per_worker = jobs_per_worker
+        self.pool: ProcessPool | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._started: asyncio.Future[Any] | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        pool = cls(
+            settings.getint("VESTI_PROCESS_POOL_WORKERS"),
+            settings.getfloat("VESTI_PROCESS_POOL_JOB_TIMEOUT"),
+        )
+        if pool.workers > 0:
+            crawler.signals.connect(pool.spider_opened, signal=signals.spider_opened)
+            crawler.signals.connect(pool.spider_closed, signal=signals.spider_closed)
+        return pool
+
+    def spider_opened(self, spider: Spider) -> None:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        self.pool = ProcessPool(max_workers=self.workers, context=context)
+        self._slots = asyncio.Semaphore(self.workers * self.jobs_per_worker)
+        # On a thread: starting waits for the fork server to import the parsers, while
+        # the crawl goes on downloading.
+        loop = asyncio.get_running_loop()
+        self._started = loop.run_in_executor(None, _start, self.pool)
+
+    async def run(self, fn: Callable[P, R], *args: Any) -> R:
+        """``fn(*args)`` in a worker process (inline when there is no pool)."""
+        if self.pool is None or self._slots is None or self._started is None:
+            return fn(*args)
+        async with self._slots:
+            try:
+                await self._started
+            except OSError as exc:  # no process to be had: a limit, out of memory
+                logger.error("Could not start worker processes (%s); parsing inline", exc)
+                self.pool = None
+                return fn(*args)
+            future = self.pool.schedule(fn, args=args, timeout=self.job_timeout)
+            try:
+                return await asyncio.wrap_future(future)
+            except TimeoutError as exc:
+                raise JobTimeout(
+                    f"a worker process answered nothing for {self.job_timeout:g} s and was "
+                    "stopped"
+                ) from exc
+            except ProcessExpired as exc:
+                raise JobLost(f"its worker process died (exit code {exc.exitcode})") from exc
+
+    async def spider_closed(self, spider: Spider) -> None:
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        if self._started is not None:
+            await asyncio.gather(self._started, return_exceptions=True)
+        pool.stop()
+        # Joined on a thread: the reactor goes on closing the crawl meanwhile.
+        await asyncio.get_running_loop().run_in_executor(None, pool.join)
+
+
+def _start(pool: ProcessPool) -> None:
+    """Start the workers: pebble does so at the first job, waiting for the fork server."""
+    pool.schedule(os.getpid)

@@ -1,0 +1,200 @@
+"""The crawl's database: one component opens it, and everything else reaches it here.
+
+    db = crawler.get_extension(CrawlDatabase)
+    rows = await db.run(lambda storage: storage.sources.all())
+
+The database is opened when the spider opens and closed when it closes, on a thread of
+its own: SQLite works there without the GIL (indexes, the search index, checkpoints)
+while the reactor goes on downloading, and no query ever waits on the reactor's thread
+behind a commit. One thread, so calls run in the order they were made.
+
+A crawl is registered in the database (``crawls``) as it opens, and its end as it
+closes; a crawl that finds an earlier one on this host died without an end checks the
+database's integrity first (storage/crawls.py). A storage fault stops the crawl: the
+crawl command prints it and exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import deferred_from_coro
+
+from vesti_scrapy.storage import Storage, StorageError, open_storage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Self
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CrawlDatabase:
+    def __init__(self, crawler: Crawler, target: str) -> None:
+        self.crawler = crawler
+        self.target = target
+        self.storage: Storage | None = None
+        self.crawl_id: int | None = None
+        # Set when the database failed: nothing more is written in this crawl.
+        self.failure: StorageError | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="vesti-db")
+        self._opening: asyncio.Task[Storage] | None = None
+        # A second connection, for the one lookup that must answer at once (see read_now).
+        self._reader: Storage | None = None
+        self.fetched_articles = FetchedArticles(self)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        if crawler.settings.getbool("VESTI_DRY_RUN"):
+            raise NotConfigured  # a dry run reads and writes no database
+        extension = cls(crawler, crawler.settings["VESTI_DB"])
+        crawler.signals.connect(extension.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(extension.spider_closed, signal=signals.spider_closed)
+        return extension
+
+    async def spider_opened(self, spider: Spider) -> None:
+        try:
+            await self._opened()
+        except StorageError:
+            pass  # recorded by _open: the spider starts nothing and the crawl says why
+
+    async def run(self, fn: Callable[Concatenate[Storage, P], R], *args: Any) -> R:
+        """``fn(storage, *args)`` on the database's thread; a fault is a StorageError."""
+        storage = await self._opened()
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._thread, fn, storage, *args)
+        except StorageError as exc:
+            self.fail(exc)
+            raise
+
+    def read_now(self, fn: Callable[Concatenate[Storage, P], R], *args: Any) -> R:
+        """``fn(storage, *args)`` here and now, through a connection of its own: for
+        DeltaFetch, whose middleware logic asks synchronously, once per article request.
+        Only after the database was opened (and migrated) by :meth:`run`."""
+        if self.storage is None:
+            raise self.failure or StorageError(f"{self.target}: the database is not open")
+        if self._reader is None:
+            self._reader = open_storage(self.target)
+        return fn(self._reader, *args)
+
+    def _opened(self) -> asyncio.Task[Storage]:
+        # Opened on first use, whichever component asks first: spider_opened handlers
+        # run side by side.
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._open())
+        return self._opening
+
+    async def _open(self) -> Storage:
+        if self.failure is not None:
+            raise self.failure
+        loop = asyncio.get_running_loop()
+        spider = self.crawler.spider
+        assert spider is not None
+        try:
+            storage = await loop.run_in_executor(self._thread, open_storage, self.target)
+            self.crawl_id = await loop.run_in_executor(
+                self._thread, storage.crawls.begin, spider.name
+            )
+        except StorageError as exc:
+            self.fail(exc)
+            raise
+        self.storage = storage
+        return storage
+
+    def fail(self, exc: StorageError) -> None:
+        """Stop the crawl: the crawl command reports the error and exits non-zero."""
+        if self.failure is None:
+            logger.error("Storage failed, stopping the crawl: %s", exc)
+            self.failure = exc
+            self.crawler.stats.set_value("vesti/storage_error", str(exc))
+        engine = self.crawler.engine
+        if engine is not None and engine.running and engine.spider is not None:
+            deferred_from_coro(engine.close_spider_async(reason="storage_error"))
+
+    async def spider_closed(self, spider: Spider, reason: str) -> None:
+        # Item pipelines close before spider_closed: everything they had is written.
+        if self._reader is not None:
+            self._reader.close()
+        storage, self.storage = self.storage, None
+        if storage is not None:
+            loop = asyncio.get_running_loop()
+            try:
+                if self.crawl_id is not None:
+                    await loop.run_in_executor(
+                        self._thread, storage.crawls.finish, self.crawl_id, reason
+                    )
+            except StorageError as exc:
+                logger.warning("Could not record the end of the crawl: %s", exc)
+            finally:
+                await loop.run_in_executor(self._thread, storage.close)
+        self._thread.shutdown(wait=False)
+
+
+class FetchedArticles:
+    """scrapy-deltafetch's storage: the article pages fetched by earlier crawls.
+
+    A mapping as DeltaFetch uses its dbm file (``key in db``, ``db[key] = value``), over
+    the ``fetched_articles`` table. A key set during the crawl is only remembered here:
+    the store pipeline writes it in the transaction of the post with that canonical URL
+    (:meth:`take`), and at the end of the crawl the keys whose post is stored by then
+    (:meth:`leftover`). So a key is never stored ahead of its post, and a crawl killed
+    at any moment costs at most fetching some pages again.
+    """
+
+    def __init__(self, database: CrawlDatabase) -> None:
+        self.database = database
+        self.pending: set[str] = set()
+        self.unreadable = False
+
+    def __contains__(self, key: object) -> bool:
+        url = _url(key)
+        if self.unreadable or url is None:
+            return False
+        try:
+            return self.database.read_now(lambda storage: storage.posts.fetched(url))
+        except StorageError as exc:
+            logger.warning("DeltaFetch cannot read the database (%s); fetching every article", exc)
+            self.database.crawler.stats.inc_value("deltafetch/unreadable")
+            self.unreadable = True
+            return False
+
+    def __setitem__(self, key: bytes, value: object) -> None:
+        url = _url(key)
+        if url is not None:
+            self.pending.add(url)
+
+    def take(self, canonical_urls: list[str]) -> list[str]:
+        """The pending keys among these posts' canonical URLs, no longer pending."""
+        keys = [url for url in canonical_urls if url in self.pending]
+        self.pending.difference_update(keys)
+        return keys
+
+    def leftover(self) -> list[str]:
+        keys, self.pending = sorted(self.pending), set()
+        return keys
+
+    def close(self) -> None:
+        """DeltaFetch closes its storage when the spider closes: nothing is open here."""
+
+
+def _url(key: object) -> str | None:
+    """An article's key, its canonical URL; None for a request fingerprint (DeltaFetch's
+    key for a page without ``deltafetch_key``: a feed, whose requests it never skips)."""
+    if not isinstance(key, bytes):
+        return None
+    try:
+        url = key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return url if url.startswith(("http://", "https://")) else None

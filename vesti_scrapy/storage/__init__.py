@@ -1,0 +1,78 @@
+"""The only package that talks to a database: one API, whichever database holds the data.
+
+    storage = open_storage(settings["VESTI_DB"])   # a path: SQLite
+    with storage.transaction():
+        ids = storage.posts.insert(posts, source_ids)
+        storage.sources.add_runs(runs)
+    storage.close()
+
+:class:`Storage` groups the repositories by concern (sources with their feed state and
+runs, posts with search and the fetched-article index, the lease queue of classification,
+import jobs, crawls, maintenance). Each method is one short transaction of its own, or
+joins the caller's :meth:`Storage.transaction`, so that what belongs together (a batch
+of posts, their feeds' results, their import outcomes) commits together. Callers never
+see SQL or a driver's exceptions: every fault is a :class:`StorageError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from vesti_scrapy.storage.crawls import Crawls
+from vesti_scrapy.storage.errors import StorageError
+from vesti_scrapy.storage.imports import ImportJobs
+from vesti_scrapy.storage.maintenance import Maintenance
+from vesti_scrapy.storage.migrations.sqlite import SCHEMA_VERSION
+from vesti_scrapy.storage.posts import Posts
+from vesti_scrapy.storage.queue import ClassificationQueue
+from vesti_scrapy.storage.sources import Sources
+from vesti_scrapy.storage.sqlite import SQLiteDatabase
+
+__all__ = ["SCHEMA_VERSION", "Storage", "StorageError", "open_storage"]
+
+
+class Storage:
+    """A database, opened, with its repositories."""
+
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self.db = db
+        self.sources = Sources(db)
+        self.posts = Posts(db)
+        self.queue = ClassificationQueue(db)
+        self.imports = ImportJobs(db)
+        self.crawls = Crawls(db)
+        self.maintenance = Maintenance(db)
+
+    @property
+    def location(self) -> str:
+        """Where the data is, as a person would name it (a file's path)."""
+        return self.db.path
+
+    @contextmanager
+    def transaction(self) -> Iterator[Storage]:
+        """One write transaction: every repository call inside it commits with it."""
+        with self.db.transaction():
+            yield self
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Storage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_storage(target: str | os.PathLike[str], *, check: bool = False) -> Storage:
+    """Open the database ``target`` names (a file path: SQLite), creating or migrating
+    it; with ``check``, its integrity is checked first."""
+    target = os.fspath(target)
+    if target.startswith(("postgresql://", "postgres://")):
+        raise StorageError(
+            f"{target.split('@')[-1]}: PostgreSQL is not supported by this version; "
+            "VESTI_DB must be a file path"
+        )
+    return Storage(SQLiteDatabase.open(target, check=check))

@@ -1,0 +1,64 @@
+"""Operations on the whole database: the integrity check, backups and statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vesti_scrapy.storage.errors import StorageError
+from vesti_scrapy.storage.records import CheckReport, DatabaseStats
+
+if TYPE_CHECKING:
+    from vesti_scrapy.storage.sqlite import SQLiteDatabase
+
+
+class Maintenance:
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self.db = db
+
+    def check(self) -> CheckReport:
+        """The full integrity and foreign-key check, schema version and row counts."""
+        integrity = self.db.integrity_check()
+        foreign_keys = self.db.foreign_key_problems()
+        counts = {
+            table: int(self.db.scalar(f'SELECT count(*) FROM "{table}"'))
+            for table in self.db.tables()
+        }
+        return CheckReport(
+            self.db.path, self.db.schema_version, integrity, foreign_keys, counts
+        )
+
+    def backup(self, destination: str | Path) -> int:
+        """A consistent online copy at ``destination`` (a new file); returns its size."""
+        destination = Path(destination)
+        if destination.exists():
+            raise StorageError(f"{destination}: already exists; choose a new file for the backup")
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        partial = destination.with_name(destination.name + ".partial")
+        try:
+            self.db.backup(partial)
+            partial.rename(destination)
+        finally:
+            partial.unlink(missing_ok=True)
+        return destination.stat().st_size
+
+    def stats(self, days: int = 14) -> DatabaseStats:
+        by_source = self.db.all(
+            "SELECT s.slug, count(p.id) FROM sources s LEFT JOIN posts p ON p.source_id = s.id "
+            "GROUP BY s.id ORDER BY count(p.id) DESC, s.slug"
+        )
+        by_direction = self.db.all(
+            "SELECT COALESCE(direction, '?'), count(*) FROM posts GROUP BY 1 ORDER BY 2 DESC"
+        )
+        by_day = self.db.all(
+            "SELECT substr(fetched_at, 1, 10) AS day, count(*) FROM posts "
+            "GROUP BY day ORDER BY day DESC LIMIT ?",
+            (days,),
+        )
+        return DatabaseStats(
+            self.db.path,
+            self.db.size_bytes(),
+            [(r[0], r[1]) for r in by_source],
+            [(r[0], r[1]) for r in by_direction],
+            [(r[0], r[1]) for r in by_day],
+        )

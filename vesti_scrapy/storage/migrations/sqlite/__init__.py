@@ -1,0 +1,27 @@
+"""SQLite's migrations: ``MIGRATIONS[i]`` brings ``PRAGMA user_version`` i to i + 1."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from sqlite3 import Connection
+
+from vesti_scrapy.storage.migrations.sqlite import (
+    v001_initial,
+    v002_polling,
+    v003_processing_queue,
+    v004_posts_search,
+    v005_imports,
+    v006_drop_full_sha256_index,
+    v007_crawls_and_fetched_articles,
+)
+
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    v001_initial.up,
+    v002_polling.up,
+    v003_processing_queue.up,
+    v004_posts_search.up,
+    v005_imports.up,
+    v006_drop_full_sha256_index.up,
+    v007_crawls_and_fetched_articles.up,
+]
+SCHEMA_VERSION = len(MIGRATIONS)

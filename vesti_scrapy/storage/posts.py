@@ -1,0 +1,201 @@
+"""Posts: inserting them once, finding them, searching them; and the article pages
+already fetched (scrapy-deltafetch's index, kept beside the posts it stands for).
+
+A post is stored once: its canonical URL is unique, and so is the hash of a text long
+enough to identify an article (``substantive``). Inserts skip what those unique indexes
+already hold, so two crawls at once cannot store the same post twice either.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vesti_scrapy.storage.errors import StorageError
+from vesti_scrapy.storage.records import QUEUE_STATUS, NewPost, Page, PostFilters
+from vesti_scrapy.timefmt import utcnow
+
+if TYPE_CHECKING:
+    from vesti_scrapy.storage.sqlite import SQLiteDatabase
+
+POST_COLUMNS = (
+    "source_id", "url", "canonical_url", "title", "text", "sha256", "substantive",
+    "author", "published_at", "fetched_at", "lang", "direction", "content_type",
+)  # fmt: skip
+INSERT = (
+    f"INSERT INTO posts ({', '.join(POST_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in POST_COLUMNS)}) ON CONFLICT DO NOTHING"
+)
+# The order of the dashboard's post list, spelled as migration 4's index posts_newest is.
+NEWEST = "min(COALESCE(published_at, fetched_at), fetched_at)"
+STATUS_OF = {value: name for name, value in QUEUE_STATUS.items()}
+
+# Search snippet markers: control characters that feeds cannot smuggle through as markup,
+# since the snippet is escaped first and only then are the markers turned into <mark>.
+MARK_START, MARK_END = "\x02", "\x03"
+_WORD = re.compile(r"\w+")
+MAX_SEARCH_TERMS = 16
+
+
+def fts_query(text: str) -> str | None:
+    """A safe FTS5 query from what a reader typed: every word is a quoted term (all must
+    match), so quotes, ``AND``, ``NEAR``, ``-`` or ``:`` cannot make a syntax error or
+    reach a column filter. A word ending in ``*`` matches as a prefix (``санкц*``).
+    The Cyrillic yo (ё) is read as ie, as in the index. None when there is no word to
+    look for."""
+    text = text.replace("ё", "е").replace("Ё", "Е")  # noqa: RUF001 (yo to ie)
+    terms: list[str] = []
+    for chunk in text.split():
+        words = _WORD.findall(chunk)
+        for index, word in enumerate(words):
+            term = '"' + word.replace('"', '""') + '"'
+            if chunk.endswith("*") and index == len(words) - 1:
+                term += "*"
+            terms.append(term)
+    return " ".join(terms[:MAX_SEARCH_TERMS]) or None
+
+
+def _chunks(values: Sequence[Any], size: int = 500) -> Iterable[Sequence[Any]]:
+    """Slices under SQLite's limit on variables per statement."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+class Posts:
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self.db = db
+
+    # --- storing -------------------------------------------------------------------------
+    def insert(self, posts: Sequence[NewPost], source_ids: dict[str, int]) -> list[int | None]:
+        """Insert each post unless one with its canonical URL (or substantive text) is
+        stored already; returns each post's new id, None where it was skipped."""
+        ids: list[int | None] = []
+        with self.db.transaction():
+            for post in posts:
+                cursor = self.db.execute(
+                    INSERT,
+                    (
+                        source_ids[post.source], post.url, post.canonical_url, post.title,
+                        post.text, post.sha256, int(post.substantive), post.author,
+                        post.published_at, post.fetched_at, post.lang, post.direction,
+                        post.content_type,
+                    ),
+                )  # fmt: skip
+                ids.append(cursor.lastrowid if cursor.rowcount == 1 else None)
+        return ids
+
+    def find(self, canonical_url: str, sha256: str | None = None) -> int | None:
+        """The stored post with this canonical URL, or with this substantive text hash."""
+        if sha256 is None:
+            return self.db.scalar("SELECT id FROM posts WHERE canonical_url = ?", (canonical_url,))
+        return self.db.scalar(
+            "SELECT id FROM posts WHERE canonical_url = ? "
+            "UNION ALL SELECT id FROM posts WHERE sha256 = ? AND substantive = 1 LIMIT 1",
+            (canonical_url, sha256),
+        )
+
+    def count(self) -> int:
+        return int(self.db.scalar("SELECT count(*) FROM posts"))
+
+    # --- article pages fetched (scrapy-deltafetch's index) ------------------------------------
+    def fetched(self, key: str) -> bool:
+        """Whether the article page with this key (its canonical URL) was fetched before."""
+        return self.db.one("SELECT 1 FROM fetched_articles WHERE key = ?", (key,)) is not None
+
+    def add_fetched(self, keys: Iterable[str]) -> None:
+        now = utcnow()
+        self.db.executemany(
+            "INSERT INTO fetched_articles (key, fetched_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            [(key, now) for key in keys],
+        )
+
+    def add_fetched_if_stored(self, keys: Sequence[str]) -> None:
+        """Those of these keys whose post (the same canonical URL) is stored."""
+        now = utcnow()
+        for chunk in _chunks(keys):
+            self.db.execute(
+                "INSERT INTO fetched_articles (key, fetched_at) "
+                f"SELECT canonical_url, ? FROM posts WHERE canonical_url IN "
+                f"({', '.join('?' for _ in chunk)}) ON CONFLICT DO NOTHING",
+                [now, *chunk],
+            )
+
+    def forget_fetched(self) -> None:
+        """Every article page counts as never fetched (DELTAFETCH_RESET)."""
+        with self.db.transaction():
+            self.db.execute("DELETE FROM fetched_articles")
+
+    # --- the dashboard -------------------------------------------------------------------
+    def links(self, ids: Iterable[int | None]) -> dict[int, dict[str, Any]]:
+        """Posts by id (title, url, source): what an import job's items link to."""
+        wanted = sorted({i for i in ids if i is not None})
+        found: dict[int, dict[str, Any]] = {}
+        for chunk in _chunks(wanted):
+            for row in self.db.all(
+                f"""SELECT p.id, p.title, p.url, s.slug AS source FROM posts p
+                    JOIN sources s ON s.id = p.source_id
+                    WHERE p.id IN ({", ".join("?" for _ in chunk)})""",
+                chunk,
+            ):
+                found[row["id"]] = dict(row)
+        return found
+
+    def page(self, filters: PostFilters, page: int = 1, per_page: int = 50) -> Page:
+        """Posts, newest first (or by relevance, or by search rank), with a snippet: the
+        matches of the search marked, else the beginning of the text."""
+        filters = filters.clean()
+        where: list[str] = []
+        params: list[Any] = []
+        notes: list[str] = []
+        match = fts_query(filters.q) if filters.q else None
+        if filters.q and match is None:
+            notes.append("Nothing to search for: type a word.")
+            filters.sort = "newest" if filters.sort == "best" else filters.sort
+        if filters.direction:
+            where.append("COALESCE(p.classified_direction, p.direction) = ?")
+            params.append(filters.direction)
+        if filters.source:
+            where.append("s.slug = ?")
+            params.append(filters.source)
+        if filters.status:
+            where.append("p.classified = ?")
+            params.append(QUEUE_STATUS[filters.status])
+        columns = """p.id, p.title, p.url, p.published_at, p.fetched_at, p.direction,
+                     p.classified_direction, p.relevance, p.interest, p.summary,
+                     p.classified, p.classifier, p.lang, s.slug AS source,
+                     s.name AS source_name"""
+        if match:
+            tables = (
+                "posts_fts JOIN posts p ON p.id = posts_fts.rowid "
+                "JOIN sources s ON s.id = p.source_id"
+            )
+            columns += f", snippet(posts_fts, 1, '{MARK_START}', '{MARK_END}', '…', 24)"
+            columns += " AS snippet"
+            where.insert(0, "posts_fts MATCH ?")
+            params.insert(0, match)
+        else:
+            tables = "posts p JOIN sources s ON s.id = p.source_id"
+            columns += ", substr(p.text, 1, 300) AS snippet"
+        order = {
+            "newest": f"{NEWEST} DESC, p.id DESC",
+            "relevance": "p.relevance DESC NULLS LAST, p.id DESC",
+            "best": "posts_fts.rank, p.id DESC",
+        }[filters.sort]
+        sql = f"SELECT {columns} FROM {tables}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY {order} LIMIT ? OFFSET ?"
+        params += [per_page + 1, (page - 1) * per_page]
+        try:
+            rows = [dict(row) for row in self.db.all(sql, params)]
+        except StorageError as exc:
+            # The query is built from quoted terms, so this is not expected; if FTS5
+            # still refuses it, say so instead of failing the page.
+            if match and "fts5" in str(exc).lower():
+                return Page([], page, per_page, False, [*notes, f"Search failed: {exc}"])
+            raise
+        for row in rows:
+            row["status"] = STATUS_OF.get(row["classified"], "pending")
+            row["shown_direction"] = row["classified_direction"] or row["direction"]
+        return Page(rows[:per_page], page, per_page, len(rows) > per_page, notes)
