@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
 
-from vesti_scrapy.storage.records import Classification, QueuedPost
+from vesti_scrapy.storage.records import QueuedPost
 from vesti_scrapy.timefmt import stamp, utcnow
 
 if TYPE_CHECKING:
@@ -175,7 +175,17 @@ class ClassificationQueue(Leases):
         )
         return cursor.rowcount
 
-    def finish(self, post_id: int, worker: str, result: Classification) -> bool:
+    def finish(
+        self,
+        post_id: int,
+        worker: str,
+        *,
+        direction: str,
+        relevance: float,
+        interest: float,
+        summary: str,
+        classifier: str,
+    ) -> bool:
         """Store a classification; False when ``worker`` no longer holds the post."""
         with self.db.transaction():
             cursor = self.db.execute(
@@ -184,11 +194,8 @@ class ClassificationQueue(Leases):
                        relevance = ?, interest = ?, summary = ?, classifier = ?,
                        classified_at = ?
                    WHERE id = ? AND classified = -1 AND claimed_by = ?""",
-                (
-                    result.direction, result.relevance, result.interest, result.summary,
-                    result.classifier, utcnow(), post_id, worker,
-                ),
-            )  # fmt: skip
+                (direction, relevance, interest, summary, classifier, utcnow(), post_id, worker),
+            )
         return cursor.rowcount == 1
 
     def fail(self, post_id: int, worker: str, error: str, max_attempts: int = 3) -> int | None:

@@ -114,17 +114,6 @@ class QueuedPost:
     claimed_by: str
 
 
-@dataclass(frozen=True)
-class Classification:
-    """What the classifier decided about a post."""
-
-    direction: str
-    relevance: float
-    interest: float
-    summary: str
-    classifier: str  # keywords | llm
-
-
 # --- import jobs -----------------------------------------------------------------------
 
 # An item's state and the job counter that counts it (``warning`` counts consent walls).

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vesti_scrapy.classify import Classification, Classifier
+from vesti_scrapy.processing.classify import Classification, Classifier
 from vesti_scrapy.storage import QueuedPost, StorageError, Store
 
 log = logging.getLogger(__name__)

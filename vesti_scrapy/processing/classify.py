@@ -227,7 +227,7 @@ def default_keywords() -> KeywordModel:
     global _default_model
     with _default_lock:
         if _default_model is None:
-            data = pkgutil.get_data("vesti_scrapy", "keywords.yaml")
+            data = pkgutil.get_data("vesti_scrapy.processing", "keywords.yaml")
             if data is None:
                 raise KeywordError("vesti_scrapy/keywords.yaml is missing from the package")
             _default_model = KeywordModel.from_yaml(data)

@@ -30,8 +30,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from vesti_scrapy import scheduler
-from vesti_scrapy.scheduler import Outcome, ScrapydClient, ScrapydError
+from vesti_scrapy.launch import local as scheduler
+from vesti_scrapy.launch.local import Outcome
+from vesti_scrapy.launch.scrapyd import ScrapydClient, ScrapydError
 
 ALL = "all"
 TRIGGER = "dashboard"
