@@ -3,11 +3,12 @@
     python -m bench.floor --feeds feeds.json --db floor.db
 
 For each feed, in order: a conditional GET (http.client, one keep-alive connection per
-host, validators from its own table), ``parse_feed``, for each summary-only entry shorter
-than the spider's threshold a GET of the article page and ``extract_article``, then
-``normalize_url``, ``text_sha256`` and the inserts, one transaction per feed. These are
-the library calls the spider makes, so ours/floor measures Scrapy, the pipelines and the
-parallelism, not the parsing.
+host, validators from its own table), ``parse_feed`` (which gives each entry its canonical
+URL and text fingerprint), for each summary-only entry shorter than the spider's
+threshold a GET of the article page and ``extract_fingerprinted``, then the inserts, one
+transaction per feed, into the schema our storage creates. These are the library calls
+the spider makes, so ours/floor measures Scrapy, the pipelines and the parallelism, not
+the parsing.
 
 Article pages already stored (by canonical URL), or already fetched for an earlier feed
 of this pass, are not fetched again, as the spider's deltafetch and its in-crawl set do.
@@ -29,18 +30,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vesti_scrapy.feeds import FeedError, parse_feed
-from vesti_scrapy.storage import POST_COLUMNS, connect, transaction, utcnow
-from vesti_scrapy.text import canonical_text, extract_article, text_sha256
-from vesti_scrapy.urls import normalize_url
+from vesti_scrapy.storage import open_storage
+from vesti_scrapy.storage.posts import INSERT, POST_COLUMNS
+from vesti_scrapy.text import extract_fingerprinted
+from vesti_scrapy.timefmt import utcnow
 
 # The spider's defaults (vesti_scrapy/settings.py).
 SUMMARY_MIN_CHARS = 220
 SUBSTANTIVE_CHARS = 200
 USER_AGENT = "vesti-bench-floor/0.1"
-INSERT = (
-    f"INSERT INTO posts ({', '.join(POST_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in POST_COLUMNS)}) ON CONFLICT DO NOTHING"
-)
 
 
 @dataclass
@@ -98,13 +96,16 @@ class Fetcher:
 
 class Floor:
     def __init__(self, db: Path, feeds: list[dict[str, str]]) -> None:
-        self.conn = connect(db)
+        open_storage(db).close()  # our schema, created or migrated
+        self.conn = sqlite3.connect(db, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS floor_state "
             "(url TEXT PRIMARY KEY, etag TEXT, modified TEXT)"
         )
         self.feeds = feeds
-        with transaction(self.conn):
+        with self.conn:
             self.conn.executemany(
                 "INSERT INTO sources (slug, name, feed_url, crawler, direction, lang, priority) "
                 "VALUES (?, ?, ?, 'rss', ?, 'en', 'P1') ON CONFLICT(slug) DO NOTHING",
@@ -166,7 +167,8 @@ class Floor:
             if row is not None:
                 rows.append(row)
         started = time.perf_counter()
-        with transaction(self.conn):
+        self.conn.execute("BEGIN IMMEDIATE")
+        with self.conn:
             for row in rows:
                 cursor = self.conn.execute(INSERT, row)
                 if cursor.rowcount == 1:
@@ -182,13 +184,14 @@ class Floor:
 
     def _post(self, slug: str, direction: str, entry: Any) -> list[Any] | None:
         url = entry.link or f"urn:vesti:{slug}:{entry.entry_id}"
-        text, content_type = entry.text, "text"
+        canonical = entry.canonical_url or url
+        text, found, content_type = entry.text, entry.fingerprint, "text"
         if (
             entry.summary_only
             and len(text) < SUMMARY_MIN_CHARS
             and url.startswith(("http://", "https://"))
         ):
-            key = normalize_url(url)
+            key = canonical
             if key in self.articles_requested:
                 return None  # on its way from an earlier feed of this pass
             self.articles_requested.add(key)
@@ -204,15 +207,14 @@ class Floor:
             if status == 200:
                 self.totals.articles += 1
                 started = time.perf_counter()
-                article = extract_article(page.decode("utf-8", "replace"), url=url)
+                article, article_found = extract_fingerprinted(page, url, "utf-8")
                 self.totals.phases["extract"] += time.perf_counter() - started
                 if len(article) > len(text):
-                    text, content_type = article, "article"
+                    text, found, content_type = article, article_found, "article"
         started = time.perf_counter()
-        canonical = normalize_url(url)
-        digest = text_sha256(text)
-        substantive = len(canonical_text(text)) >= SUBSTANTIVE_CHARS
-        self.totals.phases["hash+dedup"] += time.perf_counter() - started
+        digest = found.sha256
+        substantive = found.chars >= SUBSTANTIVE_CHARS
+        self.totals.phases["dedup"] += time.perf_counter() - started
         if canonical in self.seen_urls or (substantive and digest in self.seen_hashes):
             self.totals.duplicates += 1
             return None

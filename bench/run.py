@@ -62,7 +62,8 @@ from typing import Any
 import yaml
 
 from bench.site import SHAPES, feed_url
-from vesti_scrapy import storage
+from vesti_scrapy.storage import open_storage
+from vesti_scrapy.storage.posts import POST_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 PASSES = ("cold", "warm", "incremental")
@@ -730,7 +731,7 @@ def _archived_post(i: int) -> dict[str, Any]:
 
 
 def build_million_db(path: Path, rows: int = MILLION) -> float:
-    """A database with ``rows`` posts, created and migrated by storage.connect().
+    """A database with ``rows`` posts, in the schema our storage creates.
 
     Texts are short to keep the file small, but every post is marked substantive so that
     the partial unique sha256 index holds all of them, as it would for real articles.
@@ -741,9 +742,12 @@ def build_million_db(path: Path, rows: int = MILLION) -> float:
     are most of the build's time.
     """
     started = time.monotonic()
-    conn = storage.connect(path)
+    open_storage(path).close()  # our schema, created and migrated
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.row_factory = sqlite3.Row
     try:
-        with storage.transaction(conn):
+        conn.execute("BEGIN IMMEDIATE")
+        with conn:
             conn.execute(
                 "INSERT INTO sources (id, slug, name, crawler, direction, enabled) "
                 "VALUES (?, 'archive', 'Archive', 'rss', 'tech', 0)",
@@ -755,19 +759,21 @@ def build_million_db(path: Path, rows: int = MILLION) -> float:
             ).fetchall()
             for index in indexes:
                 conn.execute(f'DROP INDEX "{index["name"]}"')
-        placeholders = ", ".join("?" for _ in storage.POST_COLUMNS)
-        insert = f"INSERT INTO posts ({', '.join(storage.POST_COLUMNS)}) VALUES ({placeholders})"
+        placeholders = ", ".join("?" for _ in POST_COLUMNS)
+        insert = f"INSERT INTO posts ({', '.join(POST_COLUMNS)}) VALUES ({placeholders})"
         batch = 200_000
         for start in range(0, rows, batch):
-            with storage.transaction(conn):
+            conn.execute("BEGIN IMMEDIATE")
+            with conn:
                 conn.executemany(
                     insert,
                     (
-                        [post[c] for c in storage.POST_COLUMNS]
+                        [post[c] for c in POST_COLUMNS]
                         for post in map(_archived_post, range(start, min(start + batch, rows)))
                     ),
                 )
-        with storage.transaction(conn):
+        conn.execute("BEGIN IMMEDIATE")
+        with conn:
             for index in indexes:
                 conn.execute(index["sql"])
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

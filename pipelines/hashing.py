@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vesti_scrapy.items import PostItem
-from vesti_scrapy.text import canonical_text, sha256_of_canonical
+from vesti_scrapy.text import fingerprint
 
 if TYPE_CHECKING:
     from typing import Self
@@ -13,7 +13,10 @@ if TYPE_CHECKING:
 
 class TextHashPipeline:
     """Sets ``sha256`` of the whitespace-normalized text, and whether the text is long
-    enough (``VESTI_SUBSTANTIVE_CHARS``) for that hash to identify the article."""
+    enough (``VESTI_SUBSTANTIVE_CHARS``) for that hash to identify the article.
+
+    The text's fingerprint is taken from the item when the worker that parsed or
+    extracted the text computed it already."""
 
     def __init__(self, substantive_chars: int) -> None:
         self.substantive_chars = substantive_chars
@@ -24,7 +27,7 @@ class TextHashPipeline:
 
     def process_item(self, item: object) -> object:
         if isinstance(item, PostItem):
-            canonical = canonical_text(item.text)
-            item.sha256 = sha256_of_canonical(canonical)
-            item.substantive = len(canonical) >= self.substantive_chars
+            found = item.fingerprint or fingerprint(item.text)
+            item.sha256 = found.sha256
+            item.substantive = found.chars >= self.substantive_chars
         return item

@@ -7,7 +7,7 @@ from vesti_scrapy.urls import normalize_url
 class NormalizeUrlPipeline:
     """Sets ``canonical_url``: tracking parameters and fragment gone, host lower-cased.
 
-    The feeds spider sets it already (it looks entries up by it before yielding them).
+    The feeds spider sets it already: the worker that parsed the entry computed it.
     """
 
     def process_item(self, item: object) -> object:

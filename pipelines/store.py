@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -126,10 +127,9 @@ class StorePipeline:
         if leftover and self.database.failure is None:
             # Pages whose post came from another entry (the same article in two feeds):
             # that post is committed by now.
-            try:
+            # A failure is logged by CrawlDatabase; those pages are fetched again next time.
+            with contextlib.suppress(StorageError):
                 await self.database.run(_add_fetched_if_stored, leftover)
-            except StorageError:
-                pass  # logged by CrawlDatabase; those pages are fetched again next time
 
     def _flush(self) -> None:
         """Hand what is buffered to the database thread, as one transaction."""
@@ -150,7 +150,9 @@ class StorePipeline:
             posts = [post for post in batch.posts if post.source in self.source_ids]
             for post in batch.posts:
                 if post.source not in self.source_ids:
-                    logger.error("Post from unknown source %r not stored: %s", post.source, post.url)
+                    logger.error(
+                        "Post from unknown source %r not stored: %s", post.source, post.url
+                    )
             ids = storage.posts.insert([_new_post(post) for post in posts], self.source_ids)
             storage.posts.add_fetched(fetched_keys)
             outcomes = [
@@ -162,7 +164,9 @@ class StorePipeline:
             storage.imports.record(outcomes)
             inserted = [bool(post_id) for post_id in ids]
             new = Counter(post.source for post, yes in zip(posts, inserted, strict=True) if yes)
-            known = Counter(post.source for post, yes in zip(posts, inserted, strict=True) if not yes)
+            known = Counter(
+                post.source for post, yes in zip(posts, inserted, strict=True) if not yes
+            )
             self.committed_new.update(new)
             self.committed_known.update(known)
             self._record_results(storage, batch.results)

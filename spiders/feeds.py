@@ -41,9 +41,8 @@ from vesti_scrapy.items import FeedResult, PostItem
 from vesti_scrapy.registry import Source, load_sources
 from vesti_scrapy.signals import request_skipped
 from vesti_scrapy.storage import StorageError
-from vesti_scrapy.text import extract_article, text_sha256
+from vesti_scrapy.text import extract_fingerprinted, text_sha256
 from vesti_scrapy.timefmt import utcnow
-from vesti_scrapy.urls import normalize_url
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -319,6 +318,8 @@ class FeedsSpider(scrapy.Spider):
             lang=source.lang,
             author=entry.author,
             published_at=entry.published_at,
+            canonical_url=entry.canonical_url if url == entry.link else "",
+            fingerprint=entry.fingerprint,
         )
 
     def _article_request(self, entry: Entry, post: PostItem) -> Request | object | None:
@@ -328,7 +329,7 @@ class FeedsSpider(scrapy.Spider):
             return None
         if not entry.link or not entry.link.startswith(("http://", "https://")):
             return None
-        post.canonical_url = key = normalize_url(entry.link)
+        key = post.canonical_url
         if key in self._articles_requested:
             self.crawler.stats.inc_value("articles/shared")
             return _ALREADY_REQUESTED
@@ -349,15 +350,17 @@ class FeedsSpider(scrapy.Spider):
             pool = self.crawler.get_extension(CpuPool)
             # The body goes to the worker undecoded, with the encoding the page declares.
             try:
-                text = await pool.run(
-                    extract_article, response.body, response.url, response.encoding
+                text, found = await pool.run(
+                    extract_fingerprinted, response.body, response.url, response.encoding
                 )
             except JobLost as exc:
-                logger.warning("Extracting %s gave up (%s); storing the feed's summary", post.url, exc)
+                logger.warning(
+                    "Extracting %s gave up (%s); storing the feed's summary", post.url, exc
+                )
                 self.crawler.stats.inc_value("articles/extract_lost")
             else:
                 if len(text) > len(post.text):
-                    post.text = text
+                    post.text, post.fingerprint = text, found
                     post.content_type = "article"
                     self.crawler.stats.inc_value("articles/extracted")
                 else:
@@ -401,7 +404,8 @@ class FeedsSpider(scrapy.Spider):
         return None
 
     def spider_closed(self, spider: scrapy.Spider, reason: str) -> None:
-        if self._feeds:
+        # A dry run (and `scrapy parse`) stores no state in the first place.
+        if self._feeds and not self.crawler.settings.getbool("VESTI_DRY_RUN"):
             logger.warning(
                 "Crawl ended (%s) before %d feed(s) completed; their state was not stored and "
                 "the next crawl fetches them again: %s",
@@ -417,7 +421,7 @@ _ALREADY_REQUESTED = object()
 def _ensure_text(post: PostItem) -> PostItem:
     """An entry with no text at all (no content, no summary, no article) keeps its title."""
     if not post.text.strip():
-        post.text = post.title
+        post.text, post.fingerprint = post.title, None
     return post
 
 

@@ -84,7 +84,10 @@ class UrlsSpider(scrapy.Spider):
     def update_settings(cls, settings: BaseSettings) -> None:
         super().update_settings(settings)
         for name, value in (
-            ("CONCURRENT_REQUESTS_PER_DOMAIN", settings.getint("VESTI_IMPORT_CONCURRENCY_PER_HOST")),
+            (
+                "CONCURRENT_REQUESTS_PER_DOMAIN",
+                settings.getint("VESTI_IMPORT_CONCURRENCY_PER_HOST"),
+            ),
             ("RETRY_TIMES", max(1, settings.getint("VESTI_IMPORT_MAX_ATTEMPTS")) - 1),
             ("VESTI_RETRY_BACKOFF", settings.getfloat("VESTI_IMPORT_BACKOFF")),
         ):
@@ -225,9 +228,12 @@ class UrlsSpider(scrapy.Spider):
             published_at=page["published_at"],
             content_type=content_type,
             outcome=ImportOutcome(
-                item.id, self.leases.worker, state, _attempts(item, request),
+                item.id,
+                self.leases.worker,
+                state,
+                _attempts(item, request),
                 warning=page["consent"],
-            ),  # fmt: skip
+            ),
         )
 
     def _failure(self, failure: Failure) -> tuple[str, bool]:

@@ -97,6 +97,9 @@ class ArticleDeltaFetch(DeltaFetch):
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
         async for output in result:
+            key = output.meta.get("deltafetch_key") if isinstance(output, Request) else None
+            if key:
+                await self.db.look_up(key)
             kept = False
             for passed in self.process_spider_output(response, (output,), self.spider):
                 kept = True

@@ -2,7 +2,10 @@
 
 Parsing works on the response bytes plus its Content-Type header, so that a declared
 charset (windows-1251, koi8-r) is honoured, and on the response URL, against which
-relative links resolve.
+relative links resolve. Each entry comes with its identity (canonical URL, text
+fingerprint) computed here, in the worker process that parses: the crawl process only
+hands it on. feedparser and dateutil are imported where they are used, so that a crawl
+process whose parsing runs in workers never imports them.
 """
 
 from __future__ import annotations
@@ -16,10 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urljoin
 
-import feedparser
-from dateutil import parser as dateparser
-
-from vesti_scrapy.text import html_to_text, normalize_whitespace
+from vesti_scrapy.text import Fingerprint, fingerprint, html_to_text, normalize_whitespace
+from vesti_scrapy.urls import normalize_url
 
 
 class FeedError(Exception):
@@ -36,6 +37,13 @@ class Entry:
     summary_only: bool
     author: str | None = None
     published_at: str | None = None
+    # The link's canonical form (urls.normalize_url), and the text's fingerprint.
+    canonical_url: str | None = field(init=False, default=None)
+    fingerprint: Fingerprint = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.canonical_url = normalize_url(self.link) if self.link else None
+        self.fingerprint = fingerprint(self.text)
 
 
 @dataclass
@@ -95,6 +103,8 @@ def parse_date(raw: str | None) -> str | None:
     """A free-form date string to ISO 8601 UTC, or None when it is not a date."""
     if not raw or not isinstance(raw, str):
         return None
+    from dateutil import parser as dateparser
+
     try:
         parsed = dateparser.parse(raw)
     except (ValueError, OverflowError, dateparser.ParserError):
@@ -199,6 +209,8 @@ def parse_feed(body: bytes, url: str, content_type: str = "") -> ParsedFeed:
     headers = {"content-location": url}
     if content_type:
         headers["content-type"] = content_type
+    import feedparser
+
     # Entry HTML only ever becomes plain text here: feedparser's sanitizing and resolving
     # of relative URIs inside it would be work thrown away (entry links still resolve).
     parsed = feedparser.parse(

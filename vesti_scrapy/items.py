@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vesti_scrapy.text import Fingerprint
+
 
 @dataclass
 class PostItem:
@@ -20,8 +22,10 @@ class PostItem:
     published_at: str | None = None
     # "text" when the feed carried it, "article" when extracted from the article page.
     content_type: str = "text"
-    # Filled in by the pipelines.
+    # Filled in by the pipelines; the feeds spider brings the canonical URL and the
+    # text's fingerprint along when the worker that parsed the entry computed them.
     canonical_url: str = ""
+    fingerprint: Fingerprint | None = None
     sha256: str = ""
     substantive: bool = False
     # An imported URL's item (the urls spider): recorded with this post by the writer.

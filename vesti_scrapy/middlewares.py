@@ -8,6 +8,7 @@ validators, read from the crawl's database) are separate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -62,10 +63,9 @@ class ConditionalRequestMiddleware:
     async def spider_opened(self, spider: Spider) -> None:
         # Read once, not per request: a crawl polls each feed once.
         database = self.crawler.get_extension(CrawlDatabase)
-        try:
+        # On a failure the crawl is stopping: CrawlDatabase said why.
+        with contextlib.suppress(StorageError):
             self.validators = await database.run(lambda storage: storage.sources.validators())
-        except StorageError:
-            pass  # the crawl is stopping: CrawlDatabase said why
 
     def process_request(self, request: Request) -> None:
         slug = self.policy.feed_of(request)
@@ -150,6 +150,5 @@ class RetryBackoffMiddleware:
 
     async def process_request(self, request: Request) -> None:
         retries = request.meta.get("retry_times", 0)
-        if retries and not request.meta.get("_vesti_backed_off") == retries:
-            request.meta["_vesti_backed_off"] = retries
+        if retries:
             await asyncio.sleep(self.backoff * 2 ** (retries - 1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import html as htmllib
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import lxml.html
@@ -101,6 +102,28 @@ def extract_article(html: str | bytes, url: str | None = None, encoding: str | N
         html, url=url, include_comments=False, include_tables=True, favor_precision=False
     )
     return normalize_whitespace(text or "")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A text's identity for deduplication: the sha256 of its canonical form, and that
+    form's length (whether the text is long enough for the hash to identify an article)."""
+
+    sha256: str
+    chars: int
+
+
+def fingerprint(text: str) -> Fingerprint:
+    canonical = canonical_text(text)
+    return Fingerprint(sha256_of_canonical(canonical), len(canonical))
+
+
+def extract_fingerprinted(
+    html: str | bytes, url: str | None = None, encoding: str | None = None
+) -> tuple[str, Fingerprint]:
+    """:func:`extract_article` and the text's fingerprint, in one job for a worker."""
+    text = extract_article(html, url, encoding)
+    return text, fingerprint(text)
 
 
 def canonical_text(text: str) -> str:

@@ -27,13 +27,13 @@ import multiprocessing
 import os
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from pebble import ProcessExpired, ProcessPool
 from scrapy import signals
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Self
 
+    from pebble import ProcessPool
     from scrapy import Spider
     from scrapy.crawler import Crawler
 
@@ -60,7 +60,7 @@ class CpuPool:
         self.jobs_per_worker = jobs_per_worker
         self.pool: ProcessPool | None = None
         self._slots: asyncio.Semaphore | None = None
-        self._started: asyncio.Future[Any] | None = None
+        self._started: asyncio.Future[ProcessPool] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -75,48 +75,58 @@ class CpuPool:
         return pool
 
     def spider_opened(self, spider: Spider) -> None:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
-        self.pool = ProcessPool(max_workers=self.workers, context=context)
         self._slots = asyncio.Semaphore(self.workers * self.jobs_per_worker)
-        # On a thread: starting waits for the fork server to import the parsers, while
-        # the crawl goes on downloading.
-        loop = asyncio.get_running_loop()
-        self._started = loop.run_in_executor(None, _start, self.pool)
 
     async def run(self, fn: Callable[P, R], *args: Any) -> R:
         """``fn(*args)`` in a worker process (inline when there is no pool)."""
-        if self.pool is None or self._slots is None or self._started is None:
+        if self._slots is None:
             return fn(*args)
         async with self._slots:
+            if self._started is None:
+                # Started at the first job (a crawl of 304s never pays for processes), on
+                # a thread: it waits for the fork server to import the parsers, while the
+                # crawl goes on downloading.
+                self._started = asyncio.get_running_loop().run_in_executor(
+                    None, _start, self.workers
+                )
             try:
-                await self._started
+                self.pool = pool = await self._started
             except OSError as exc:  # no process to be had: a limit, out of memory
                 logger.error("Could not start worker processes (%s); parsing inline", exc)
-                self.pool = None
+                self._slots = None
                 return fn(*args)
-            future = self.pool.schedule(fn, args=args, timeout=self.job_timeout)
+            # Imported by _start with the pool: a crawl of 304s never imports pebble.
+            from pebble import ProcessExpired
+
+            future = pool.schedule(fn, args=args, timeout=self.job_timeout)
             try:
                 return await asyncio.wrap_future(future)
             except TimeoutError as exc:
                 raise JobTimeout(
-                    f"a worker process answered nothing for {self.job_timeout:g} s and was "
-                    "stopped"
+                    f"a worker process answered nothing for {self.job_timeout:g} s and was stopped"
                 ) from exc
             except ProcessExpired as exc:
                 raise JobLost(f"its worker process died (exit code {exc.exitcode})") from exc
 
     async def spider_closed(self, spider: Spider) -> None:
-        pool, self.pool = self.pool, None
-        if pool is None:
+        self._slots = None
+        if self._started is None:
             return
-        if self._started is not None:
-            await asyncio.gather(self._started, return_exceptions=True)
+        pool, self.pool = await asyncio.gather(self._started, return_exceptions=True)[0], None
+        if isinstance(pool, BaseException):
+            return
         pool.stop()
         # Joined on a thread: the reactor goes on closing the crawl meanwhile.
         await asyncio.get_running_loop().run_in_executor(None, pool.join)
 
 
-def _start(pool: ProcessPool) -> None:
-    """Start the workers: pebble does so at the first job, waiting for the fork server."""
+def _start(workers: int) -> ProcessPool:
+    """A pool of ``workers`` processes, started: pebble starts them at the first job,
+    waiting for the fork server."""
+    from pebble import ProcessPool
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    pool = ProcessPool(max_workers=workers, context=context)
     pool.schedule(os.getpid)
+    return pool

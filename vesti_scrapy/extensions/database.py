@@ -17,6 +17,7 @@ crawl command prints it and exits 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -49,8 +50,6 @@ class CrawlDatabase:
         self.failure: StorageError | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="vesti-db")
         self._opening: asyncio.Task[Storage] | None = None
-        # A second connection, for the one lookup that must answer at once (see read_now).
-        self._reader: Storage | None = None
         self.fetched_articles = FetchedArticles(self)
 
     @classmethod
@@ -63,10 +62,9 @@ class CrawlDatabase:
         return extension
 
     async def spider_opened(self, spider: Spider) -> None:
-        try:
+        # A failure is recorded by _open: the spider starts nothing and the crawl says why.
+        with contextlib.suppress(StorageError):
             await self._opened()
-        except StorageError:
-            pass  # recorded by _open: the spider starts nothing and the crawl says why
 
     async def run(self, fn: Callable[Concatenate[Storage, P], R], *args: Any) -> R:
         """``fn(storage, *args)`` on the database's thread; a fault is a StorageError."""
@@ -77,16 +75,6 @@ class CrawlDatabase:
         except StorageError as exc:
             self.fail(exc)
             raise
-
-    def read_now(self, fn: Callable[Concatenate[Storage, P], R], *args: Any) -> R:
-        """``fn(storage, *args)`` here and now, through a connection of its own: for
-        DeltaFetch, whose middleware logic asks synchronously, once per article request.
-        Only after the database was opened (and migrated) by :meth:`run`."""
-        if self.storage is None:
-            raise self.failure or StorageError(f"{self.target}: the database is not open")
-        if self._reader is None:
-            self._reader = open_storage(self.target)
-        return fn(self._reader, *args)
 
     def _opened(self) -> asyncio.Task[Storage]:
         # Opened on first use, whichever component asks first: spider_opened handlers
@@ -124,8 +112,6 @@ class CrawlDatabase:
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
         # Item pipelines close before spider_closed: everything they had is written.
-        if self._reader is not None:
-            self._reader.close()
         storage, self.storage = self.storage, None
         if storage is not None:
             loop = asyncio.get_running_loop()
@@ -145,29 +131,31 @@ class FetchedArticles:
     """scrapy-deltafetch's storage: the article pages fetched by earlier crawls.
 
     A mapping as DeltaFetch uses its dbm file (``key in db``, ``db[key] = value``), over
-    the ``fetched_articles`` table. A key set during the crawl is only remembered here:
-    the store pipeline writes it in the transaction of the post with that canonical URL
-    (:meth:`take`), and at the end of the crawl the keys whose post is stored by then
-    (:meth:`leftover`). So a key is never stored ahead of its post, and a crawl killed
-    at any moment costs at most fetching some pages again.
+    the ``fetched_articles`` table. DeltaFetch asks synchronously, on the reactor's
+    thread; so each key is looked up on the database's thread first (:meth:`look_up`,
+    awaited before DeltaFetch decides), and ``in`` answers from what was found.
+
+    A key set during the crawl is only remembered here: the store pipeline writes it in
+    the transaction of the post with that canonical URL (:meth:`take`), and at the end of
+    the crawl the keys whose post is stored by then (:meth:`leftover`). So a key is never
+    stored ahead of its post, and a crawl killed at any moment costs at most fetching
+    some pages again.
     """
 
     def __init__(self, database: CrawlDatabase) -> None:
         self.database = database
+        self.found: dict[str, bool] = {}
         self.pending: set[str] = set()
-        self.unreadable = False
+
+    async def look_up(self, key: str) -> None:
+        try:
+            self.found[key] = await self.database.run(lambda storage: storage.posts.fetched(key))
+        except StorageError:
+            self.found[key] = False  # the crawl is stopping: CrawlDatabase said why
 
     def __contains__(self, key: object) -> bool:
         url = _url(key)
-        if self.unreadable or url is None:
-            return False
-        try:
-            return self.database.read_now(lambda storage: storage.posts.fetched(url))
-        except StorageError as exc:
-            logger.warning("DeltaFetch cannot read the database (%s); fetching every article", exc)
-            self.database.crawler.stats.inc_value("deltafetch/unreadable")
-            self.unreadable = True
-            return False
+        return url is not None and self.found.pop(url, False)
 
     def __setitem__(self, key: bytes, value: object) -> None:
         url = _url(key)

@@ -310,7 +310,9 @@ class ImportJobs(Leases):
                     items.append(item)
                     continue
                 known += 1
-                self._record(ItemOutcome(item.id, worker, "duplicate", item.attempts, post_id=post_id))
+                self._record(
+                    ItemOutcome(item.id, worker, "duplicate", item.attempts, post_id=post_id)
+                )
         return items, known
 
     def unclaim_items(self, worker: str, item_ids: Sequence[int]) -> None:

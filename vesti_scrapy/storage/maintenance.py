@@ -24,9 +24,7 @@ class Maintenance:
             table: int(self.db.scalar(f'SELECT count(*) FROM "{table}"'))
             for table in self.db.tables()
         }
-        return CheckReport(
-            self.db.path, self.db.schema_version, integrity, foreign_keys, counts
-        )
+        return CheckReport(self.db.path, self.db.schema_version, integrity, foreign_keys, counts)
 
     def backup(self, destination: str | Path) -> int:
         """A consistent online copy at ``destination`` (a new file); returns its size."""

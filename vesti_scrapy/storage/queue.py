@@ -78,9 +78,7 @@ class Leases:
         """Whether a claim is up for grabs: its lease ran out, or its holder is gone."""
         return until is None or until < now or holder_is_gone(holder)
 
-    def renew_holder(
-        self, holder: str, seconds: float, returning: str = "id"
-    ) -> list[sqlite3.Row]:
+    def renew_holder(self, holder: str, seconds: float, returning: str = "id") -> list[sqlite3.Row]:
         """Extend every lease ``holder`` has; returns those rows' ``returning`` columns."""
         with self.db.transaction():
             return self.db.all(

@@ -62,9 +62,17 @@ class Sources:
                        enabled = excluded.enabled""",
                 [
                     (
-                        s.slug, s.name, s.url, s.feed_url, s.channel, s.crawler,
-                        s.direction, s.lang, s.priority, int(s.enabled),
-                    )  # fmt: skip
+                        s.slug,
+                        s.name,
+                        s.url,
+                        s.feed_url,
+                        s.channel,
+                        s.crawler,
+                        s.direction,
+                        s.lang,
+                        s.priority,
+                        int(s.enabled),
+                    )
                     for s in registry
                 ],
             )
@@ -152,10 +160,18 @@ class Sources:
                VALUES ((SELECT id FROM sources WHERE slug = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [
                 (
-                    run.source, f"rss:{run.source}", run.trigger, run.started_at,
-                    run.finished_at, run.status, run.fetched, run.new, run.error,
-                    run.url, int(run.counted),
-                )  # fmt: skip
+                    run.source,
+                    f"rss:{run.source}",
+                    run.trigger,
+                    run.started_at,
+                    run.finished_at,
+                    run.status,
+                    run.fetched,
+                    run.new,
+                    run.error,
+                    run.url,
+                    int(run.counted),
+                )
                 for run in runs
             ],
         )

@@ -245,8 +245,7 @@ class SQLiteDatabase:
                     MIGRATIONS[version](self.conn)
                     version += 1
                     self.conn.execute(
-                        "INSERT INTO schema_migrations (version, applied_at, pid) "
-                        "VALUES (?, ?, ?)",
+                        "INSERT INTO schema_migrations (version, applied_at, pid) VALUES (?, ?, ?)",
                         (version, utcnow(), os.getpid()),
                     )
                     self.conn.execute(f"PRAGMA user_version = {version}")
