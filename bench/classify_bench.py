@@ -34,8 +34,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vesti_scrapy import storage, worker  # noqa: E402
-from vesti_scrapy.classify import Classifier, KeywordClassifier  # noqa: E402
+from vesti_scrapy.processing import worker  # noqa: E402
+from vesti_scrapy.processing.classify import Classifier, KeywordClassifier  # noqa: E402
+from vesti_scrapy.storage import open_storage  # noqa: E402
+from vesti_scrapy.timefmt import utcnow  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "corpus"
 SAMPLES = [
@@ -111,12 +113,19 @@ def _add_source(conn: sqlite3.Connection) -> None:
     )
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    """The benchmark's own connection to a database in our schema."""
+    open_storage(path).close()
+    return sqlite3.connect(path, isolation_level=None)
+
+
 def make_queue(path: Path, posts: list[Post], count: int) -> None:
-    conn = storage.connect(path)
+    conn = _connect(path)
     try:
-        with storage.transaction(conn):
+        conn.execute("BEGIN IMMEDIATE")
+        with conn:
             _add_source(conn)
-            now = storage.utcnow()
+            now = utcnow()
             conn.executemany(
                 "INSERT INTO posts (source_id, url, canonical_url, title, text, sha256, "
                 "fetched_at, direction) VALUES (1, ?, ?, ?, ?, ?, ?, 'tech')",
@@ -143,11 +152,12 @@ def bench_pool(posts: list[Post], count: int, threads: int) -> float:
 def bench_million(pending: int = 1000) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "million.db"
-        conn = storage.connect(db)
+        conn = _connect(db)
         try:
-            with storage.transaction(conn):
+            conn.execute("BEGIN IMMEDIATE")
+            with conn:
                 _add_source(conn)
-                now = storage.utcnow()
+                now = utcnow()
                 total = 1_000_000 + pending
                 conn.executemany(
                     "INSERT INTO posts (source_id, url, canonical_url, title, text, sha256, "
@@ -159,16 +169,13 @@ def bench_million(pending: int = 1000) -> dict[str, float]:
                 )
         finally:
             conn.close()
-        store = storage.Store.open(db)
-        try:
+        with open_storage(db) as storage:
             times = []
             for _ in range(pending):
                 started = time.perf_counter()
-                post = store.claim_post("bench:1:x/0", lease_seconds=60)
+                post = storage.queue.claim("bench:1:x/0", lease_seconds=60)
                 times.append(time.perf_counter() - started)
                 assert post is not None
-        finally:
-            store.close()
         size = sum(p.stat().st_size for p in Path(tmp).iterdir())
     return {
         "claim_ms_median": statistics.median(times) * 1e3,

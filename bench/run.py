@@ -401,13 +401,23 @@ class System:
     kind: str
     settings: dict[str, str] = field(default_factory=dict)
     reader_workers: int = 8
+    # Another checkout of the project (with its own .venv), run as one more system.
+    checkout: Path | None = None
+
+    @property
+    def cwd(self) -> Path:
+        return self.checkout or REPO
+
+    @property
+    def python(self) -> str:
+        return str(self.checkout / ".venv" / "bin" / "python") if self.checkout else sys.executable
 
     def db(self, workdir: Path) -> Path:
         return workdir / {"ours": "vesti.db", "floor": "floor.db", "reader": "reader.db"}[self.kind]
 
     def command(self, workdir: Path, inputs: Path) -> list[str]:
         if self.kind == "ours":
-            command = [sys.executable, "-m", "scrapy", "crawl", "feeds", "-s", "LOG_LEVEL=WARNING"]
+            command = [self.python, "-m", "scrapy", "crawl", "feeds", "-s", "LOG_LEVEL=WARNING"]
             for name, value in self.settings.items():
                 command += ["-s", f"{name}={value}"]
             return command
@@ -541,7 +551,7 @@ def run_pass(
     QUIET.wait()
     server_before = server.control("GET", "/__stats?reset=1")["cpu_seconds"]
     posts_before = system.posts(workdir)
-    measured = measure(system.command(workdir, inputs), system.env(workdir, inputs))
+    measured = measure(system.command(workdir, inputs), system.env(workdir, inputs), system.cwd)
     stats = server.control("GET", "/__stats?reset=1")
     detail: dict[str, Any] = {}
     if system.kind in ("floor", "reader"):
@@ -857,19 +867,45 @@ TARGETS = (
 
 def target_table(results: list[PassResult], n: int) -> list[str]:
     lines = [
-        f"| target (N={n}, wall) | ours s | other s | ratio | at most | met |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
+        f"| target (N={n}, wall) | system | ours s | other s | ratio | at most | met |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
-    for label, system_a, pass_a, system_b, pass_b, limit in TARGETS:
-        a, b = _find(results, n, system_a, pass_a), _find(results, n, system_b, pass_b)
-        if a is None or b is None:
-            continue
-        ratio = a.measured.wall / b.measured.wall
-        lines.append(
-            f"| {label} | {a.measured.wall:.2f} | {b.measured.wall:.2f} | {ratio:.2f}x "
-            f"| {limit:.1f}x | {'yes' if ratio <= limit else '**no**'} |"
-        )
+    for system in ("ours", "ours before"):
+        for label, _, pass_a, system_b, pass_b, limit in TARGETS:
+            a, b = _find(results, n, system, pass_a), _find(results, n, system_b, pass_b)
+            if a is None or b is None:
+                continue
+            ratio = a.measured.wall / b.measured.wall
+            lines.append(
+                f"| {label} | {system} | {a.measured.wall:.2f} | {b.measured.wall:.2f} "
+                f"| {ratio:.2f}x | {limit:.1f}x | {'yes' if ratio <= limit else '**no**'} |"
+            )
+    lines += ["", *before_after_table(results, n)]
     return lines
+
+
+def before_after_table(results: list[PassResult], n: int) -> list[str]:
+    """Each pass of ours against the same pass of the other checkout (--compare-with)."""
+    rows = []
+    for pass_name in PASSES:
+        now, then = (
+            _find(results, n, "ours", pass_name),
+            _find(results, n, "ours before", pass_name),
+        )
+        if now is None or then is None:
+            continue
+        change = now.measured.wall / then.measured.wall - 1
+        rows.append(
+            f"| {pass_name} | {then.measured.wall:.2f} | {now.measured.wall:.2f} "
+            f"| {change:+.0%} | {'yes' if change <= 0.05 else '**no**'} |"
+        )
+    if not rows:
+        return []
+    return [
+        f"| pass (N={n}, wall) | before s | after s | change | at most 5% slower |",
+        "| --- | ---: | ---: | ---: | --- |",
+        *rows,
+    ]
 
 
 def per_feed_table(results: list[PassResult], sizes: list[int]) -> list[str]:
@@ -1120,6 +1156,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reader-workers", type=int, default=8)
     parser.add_argument(
+        "--compare-with",
+        type=Path,
+        default=None,
+        metavar="CHECKOUT",
+        help="also run the crawl of another checkout (with its own .venv) as 'ours before'",
+    )
+    parser.add_argument(
         "--systems",
         default=None,
         help="comma-separated names to run (default: all; the targets need ours, floor, reader)",
@@ -1136,6 +1179,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.run " + shlex.join(sys.argv[1:] if argv is None else argv)
     started = time.monotonic()
     contenders = systems(args.reader_workers)
+    if args.compare_with is not None:
+        # Right after ours: the two are compared, and take turns with the floor.
+        before = System("ours before", "ours", checkout=args.compare_with.resolve())
+        contenders.insert(1, before)
     if args.systems:
         wanted = {name.strip() for name in args.systems.split(",") if name.strip()}
         if unknown := wanted - {system.name for system in contenders}:

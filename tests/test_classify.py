@@ -13,7 +13,7 @@ import pytest
 import yaml
 from fake_ollama import FakeOllama
 
-from vesti_scrapy.classify import (
+from vesti_scrapy.processing.classify import (
     Classifier,
     KeywordClassifier,
     KeywordError,
@@ -43,7 +43,7 @@ def keywords(title: str, text: str = "", prior: str | None = None, own: bool = F
 
 
 def test_keywords_yaml_ships_as_package_data_with_both_languages_per_direction():
-    data = yaml.safe_load(pkgutil.get_data("vesti_scrapy", "keywords.yaml"))
+    data = yaml.safe_load(pkgutil.get_data("vesti_scrapy.processing", "keywords.yaml"))
     assert set(data["directions"]) == set(DIRECTIONS)
     for direction, tiers in data["directions"].items():
         for lang in ("en", "ru"):

@@ -18,7 +18,7 @@ import time
 import pytest
 from conftest import REPO, Project, source_entry
 
-from vesti_scrapy import storage
+from vesti_scrapy.storage import open_storage
 
 DURATION = 20.0
 DIRECTIONS = ("linux", "tech")
@@ -81,7 +81,7 @@ def test_crawls_worker_reader_and_backup_at_once(site, project: Project, tmp_pat
     project.write_sources(
         [source_entry(d, server.url(f"/{d}.rss"), direction=d) for d in DIRECTIONS]
     )
-    storage.connect(project.db).close()
+    open_storage(project.db).close()
     publisher.start()
 
     crawl_failures: list[str] = []
@@ -131,7 +131,8 @@ def test_crawls_worker_reader_and_backup_at_once(site, project: Project, tmp_pat
         thread.start()
     time.sleep(DURATION / 2)
     backup = tmp_path / "mid-run-backup.db"
-    storage.backup_database(project.db, backup)
+    with open_storage(project.db) as storage:
+        storage.maintenance.backup(backup)
     for thread in threads:
         thread.join(timeout=DURATION + 120)
     worker.send_signal(signal.SIGINT)

@@ -4,31 +4,41 @@ and the `import` / `jobs` commands."""
 from __future__ import annotations
 
 import io
+import os
+import socket
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vesti_scrapy import imports
 from vesti_scrapy.cli import main
-from vesti_scrapy.items import ImportOutcome
-from vesti_scrapy.storage import IMPORT_ITEM_COUNTERS, Store, connect, queue_stamp
+from vesti_scrapy.imports import create_job
+from vesti_scrapy.storage import Storage, StorageError, open_storage
+from vesti_scrapy.storage.queue import holder_is_gone
+from vesti_scrapy.storage.records import (
+    IMPORT_ITEM_COUNTERS,
+    ITEM_STATES,
+    ClaimedItem,
+    ImportJobError,
+    ItemOutcome,
+    JobNotFound,
+    JobStateError,
+)
+from vesti_scrapy.timefmt import stamp
 
 URLS = "\n".join(f"https://news.example/{n}" for n in range(5))
 
 
-def assert_counters_exact(db: Store | sqlite3.Connection | str | Path) -> None:
+def assert_counters_exact(db: Storage | str | Path) -> None:
     """Every job's counters equal the number of its items in each state."""
-    conn = db.conn if isinstance(db, Store) else db
-    if not isinstance(conn, sqlite3.Connection):
-        conn = sqlite3.connect(conn)
+    conn = db.db.conn if isinstance(db, Storage) else sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
     for job in conn.execute("SELECT * FROM import_jobs").fetchall():
-        job = dict(zip([d[0] for d in conn.execute("SELECT * FROM import_jobs").description],
-                       job, strict=True))  # fmt: skip
         actual = dict.fromkeys(IMPORT_ITEM_COUNTERS.values(), 0)
         for state, count in conn.execute(
             "SELECT state, count(*) FROM import_items WHERE job_id = ? GROUP BY state",
@@ -41,29 +51,29 @@ def assert_counters_exact(db: Store | sqlite3.Connection | str | Path) -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    store = Store.open(tmp_path / "vesti.db")
-    yield store
-    assert_counters_exact(store)
-    store.close()
+def storage(tmp_path: Path) -> Iterator[Storage]:
+    storage = open_storage(tmp_path / "vesti.db")
+    yield storage
+    assert_counters_exact(storage)
+    storage.close()
 
 
-def states(store: Store, job_id: int) -> list[str]:
+def states(storage: Storage, job_id: int) -> list[str]:
     return [
         r[0]
-        for r in store.conn.execute(
+        for r in storage.db.all(
             "SELECT state FROM import_items WHERE job_id = ? ORDER BY idx", (job_id,)
         )
     ]
 
 
-def test_create_job_keeps_order_and_the_rejected_lines(store: Store) -> None:
+def test_create_job_keeps_order_and_the_rejected_lines(storage: Storage) -> None:
     raw = "https://a.example/1\nnope\nhttps://a.example/1?utm_source=x\nhttps://b.example/2\n"
-    job_id, _ = imports.create_job(store, raw)
+    job_id, _ = create_job(storage, raw)
     assert job_id is not None
-    job = imports.get_job(store, job_id)
+    job = storage.imports.get(job_id)
     assert (job.status, job.total, job.pending, job.rejected) == ("queued", 2, 2, 2)
-    detail = imports.job_detail(store, job_id)
+    detail = storage.imports.detail(job_id)
     assert [i.url for i in detail.items] == ["https://a.example/1", "https://b.example/2"]
     assert [i.idx for i in detail.items] == [0, 1]
     assert [(r.line, r.text) for r in detail.rejected] == [
@@ -72,144 +82,132 @@ def test_create_job_keeps_order_and_the_rejected_lines(store: Store) -> None:
     ]
     assert detail.as_dict()["job"]["progress"] == 0.0
     # The import source exists, disabled, and is not a registry source.
-    row = store.conn.execute(
+    row = storage.db.execute(
         "SELECT crawler, enabled FROM sources WHERE slug = 'import'"
     ).fetchone()
     assert tuple(row) == ("import", 0)
 
 
-def test_no_valid_url_creates_no_job(store: Store) -> None:
-    job_id, parsed = imports.create_job(store, "not a url\n\nftp://x.example/\n")
+def test_no_valid_url_creates_no_job(storage: Storage) -> None:
+    job_id, parsed = create_job(storage, "not a url\n\nftp://x.example/\n")
     assert job_id is None
     assert len(parsed.invalid) == 2
-    assert imports.list_jobs(store) == []
+    assert storage.imports.list() == []
 
 
-def test_the_registry_sync_leaves_the_import_source_alone(store: Store) -> None:
-    imports.create_job(store, URLS)
-    store.sync_sources([])  # a registry without it
-    row = store.conn.execute("SELECT crawler FROM sources WHERE slug = 'import'").fetchone()
+def test_the_registry_sync_leaves_the_import_source_alone(storage: Storage) -> None:
+    create_job(storage, URLS)
+    storage.sources.sync([])  # a registry without it
+    row = storage.db.execute("SELECT crawler FROM sources WHERE slug = 'import'").fetchone()
     assert row["crawler"] == "import"
-    assert "import" in store.source_ids()
+    assert "import" in storage.sources.ids()
 
 
-def test_a_registry_source_named_import_is_a_clear_error(store: Store) -> None:
-    store.conn.execute(
+def test_a_registry_source_named_import_is_a_clear_error(storage: Storage) -> None:
+    storage.db.execute(
         "INSERT INTO sources (slug, name, crawler, direction) VALUES ('import', 'x', 'rss', 'tech')"
     )
-    with pytest.raises(imports.StorageError, match="reserved for imported URLs"):
-        imports.create_job(store, URLS)
+    with pytest.raises(StorageError, match="reserved for imported URLs"):
+        create_job(storage, URLS)
 
 
-def test_pause_resume_cancel_retry_delete(store: Store) -> None:
-    job_id, _ = imports.create_job(store, URLS)
-    assert imports.pause_job(store, job_id).status == "paused"
-    assert imports.resume_job(store, job_id).status == "queued"
-    job = imports.cancel_job(store, job_id)
+def test_pause_resume_cancel_retry_delete(storage: Storage) -> None:
+    job_id, _ = create_job(storage, URLS)
+    assert storage.imports.pause(job_id).status == "paused"
+    assert storage.imports.resume(job_id).status == "queued"
+    job = storage.imports.cancel(job_id)
     assert (job.status, job.cancelled, job.pending) == ("cancelled", 5, 0)
     assert job.finished_at is not None
-    with pytest.raises(imports.JobStateError, match="cancelled"):
-        imports.resume_job(store, job_id)
-    with pytest.raises(imports.JobStateError):
-        imports.retry_failed(store, job_id)
-    with pytest.raises(imports.JobStateError):
-        imports.pause_job(store, job_id)
-    assert imports.delete_job(store, job_id) == 5
-    with pytest.raises(imports.JobNotFound):
-        imports.get_job(store, job_id)
-    with pytest.raises(imports.JobNotFound):
-        imports.pause_job(store, 999)
+    with pytest.raises(JobStateError, match="cancelled"):
+        storage.imports.resume(job_id)
+    with pytest.raises(JobStateError):
+        storage.imports.retry_failed(job_id)
+    with pytest.raises(JobStateError):
+        storage.imports.pause(job_id)
+    assert storage.imports.delete(job_id) == 5
+    with pytest.raises(JobNotFound):
+        storage.imports.get(job_id)
+    with pytest.raises(JobNotFound):
+        storage.imports.pause(999)
 
 
-def run_items(store: Store, worker: str, outcomes: dict[int, str]) -> list[imports.ClaimedItem]:
+def run_items(storage: Storage, worker: str, outcomes: dict[int, str]) -> list[ClaimedItem]:
     """Claim every pending item and record ``outcomes`` (idx -> state) as the writer would."""
-    items = imports.claim_items(store, worker, 100)
-    with store._writing() as conn:
-        imports.record_outcomes(
-            conn,
-            [],
-            [],
-            [
-                ImportOutcome(i.id, worker, outcomes.get(i.idx, "error"), i.attempts, error="x")
-                for i in items
-                if i.idx in outcomes
-            ],
-        )
+    items, _ = storage.imports.claim_items(worker, 100)
+    storage.imports.record(
+        [
+            ItemOutcome(i.id, worker, outcomes.get(i.idx, "error"), i.attempts, error="x")
+            for i in items
+            if i.idx in outcomes
+        ]
+    )
     return items
 
 
-def store_post(store: Store, url: str) -> int:
-    store.conn.execute(
+def store_post(storage: Storage, url: str) -> int:
+    storage.db.execute(
         "INSERT INTO posts (source_id, url, canonical_url, sha256, fetched_at) "
         "VALUES ((SELECT id FROM sources WHERE slug = 'import'), ?, ?, ?, 'now')",
         (url, url, url),
     )
-    return store.conn.execute("SELECT id FROM posts WHERE url = ?", (url,)).fetchone()[0]
+    return storage.db.execute("SELECT id FROM posts WHERE url = ?", (url,)).fetchone()[0]
 
 
-def test_claims_leases_and_outcomes(store: Store) -> None:
-    job_id, _ = imports.create_job(store, URLS)
-    assert imports.claim_jobs(store, "host:1:a", 60) == [job_id]
-    assert imports.claim_jobs(store, "host:2:b", 60) == []  # leased to a live crawl
-    assert imports.get_job(store, job_id).status == "running"
-    items = imports.claim_items(store, "host:1:a", 2)
+def test_claims_leases_and_outcomes(storage: Storage) -> None:
+    job_id, _ = create_job(storage, URLS)
+    assert storage.imports.claim("host:1:a", 60) == [job_id]
+    assert storage.imports.claim("host:2:b", 60) == []  # leased to a live crawl
+    assert storage.imports.get(job_id).status == "running"
+    items, _ = storage.imports.claim_items("host:1:a", 2)
     assert [i.idx for i in items] == [0, 1]
     assert all(i.attempts == 1 for i in items)
-    assert imports.claim_items(store, "host:2:b", 10) == []  # not its job
-    post = store_post(store, "https://news.example/0")
-    with store._writing() as conn:
-        imports.record_outcomes(
-            conn,
-            [{"outcome": ImportOutcome(items[0].id, "host:1:a", "saved", 1),
-              "canonical_url": "https://news.example/0", "sha256": "h", "substantive": 0}],
-            [post],
+    assert storage.imports.claim_items("host:2:b", 10) == ([], 0)  # not its job
+    post = store_post(storage, "https://news.example/0")
+    storage.imports.record(
+        [
+            ItemOutcome(items[0].id, "host:1:a", "saved", 1, post_id=post,
+                        canonical_url="https://news.example/0", sha256="h"),
             # another crawl's outcome for the same job records nothing
-            [ImportOutcome(items[1].id, "host:2:b", "error", 1, error="x")],
-        )  # fmt: skip
-    assert states(store, job_id) == ["saved", "extracting", "pending", "pending", "pending"]
-    assert imports.renew_leases(store, "host:1:a", 60) == {job_id: "running"}
+            ItemOutcome(items[1].id, "host:2:b", "error", 1, error="x"),
+        ]
+    )  # fmt: skip
+    assert states(storage, job_id) == ["saved", "extracting", "pending", "pending", "pending"]
+    assert storage.imports.heartbeat("host:1:a", 60) == {job_id: "running"}
     # Paused: no new item is claimed, the one in flight still records.
-    imports.pause_job(store, job_id)
-    assert imports.claim_items(store, "host:1:a", 10) == []
-    with store._writing() as conn:
-        imports.record_outcomes(
-            conn, [], [], [ImportOutcome(items[1].id, "host:1:a", "error", 3, error="HTTP 500")]
-        )
-    assert imports.resume_job(store, job_id).status == "running"  # its crawl still holds it
-    run_items(store, "host:1:a", {2: "error", 3: "error", 4: "error"})
-    job = imports.get_job(store, job_id)
+    storage.imports.pause(job_id)
+    assert storage.imports.claim_items("host:1:a", 10) == ([], 0)
+    storage.imports.record([ItemOutcome(items[1].id, "host:1:a", "error", 3, error="HTTP 500")])
+    assert storage.imports.resume(job_id).status == "running"  # its crawl still holds it
+    run_items(storage, "host:1:a", {2: "error", 3: "error", 4: "error"})
+    job = storage.imports.get(job_id)
     assert (job.status, job.saved, job.error, job.leased_by) == ("done", 1, 4, None)
-    detail = imports.job_detail(store, job_id, state="error")
+    detail = storage.imports.detail(job_id, state="error")
     assert detail.matching == 4 and detail.items[0].attempts == 3
-    assert imports.job_detail(store, job_id, state="saved").items[0].post_id == post
+    assert storage.imports.detail(job_id, state="saved").items[0].post_id == post
     # retry-failed: errors back to pending, attempts reset, the job runnable again.
-    job, reset = imports.retry_failed(store, job_id)
+    job, reset = storage.imports.retry_failed(job_id)
     assert (reset, job.status, job.pending, job.error) == (4, "queued", 4, 0)
-    assert imports.job_detail(store, job_id, state="pending").items[0].attempts == 0
+    assert storage.imports.detail(job_id, state="pending").items[0].attempts == 0
     # delete keeps the post
-    imports.delete_job(store, job_id)
-    assert store.conn.execute("SELECT count(*) FROM posts").fetchone()[0] == 1
+    storage.imports.delete(job_id)
+    assert storage.db.execute("SELECT count(*) FROM posts").fetchone()[0] == 1
 
 
-def test_duplicate_outcomes_link_the_stored_post(store: Store) -> None:
-    job_id, _ = imports.create_job(store, URLS)
-    post = store_post(store, "https://news.example/other")
-    imports.claim_jobs(store, "w:1:a", 60)
-    items = imports.claim_items(store, "w:1:a", 2)
-    with store._writing() as conn:
-        imports.record_outcomes(
-            conn,
-            [],
-            [],
-            [
-                ImportOutcome(items[0].id, "w:1:a", "duplicate", 1,
-                              canonical_url="https://news.example/other"),
-                # a dropped post whose original was never stored: an error, not a link
-                ImportOutcome(items[1].id, "w:1:a", "duplicate", 1,
-                              canonical_url="https://nowhere.example/", error="not stored: x"),
-            ],
-        )  # fmt: skip
-    rows = imports.job_detail(store, job_id).items
+def test_duplicate_outcomes_link_the_stored_post(storage: Storage) -> None:
+    job_id, _ = create_job(storage, URLS)
+    post = store_post(storage, "https://news.example/other")
+    storage.imports.claim("w:1:a", 60)
+    items, _ = storage.imports.claim_items("w:1:a", 2)
+    storage.imports.record(
+        [
+            ItemOutcome(items[0].id, "w:1:a", "duplicate", 1,
+                        canonical_url="https://news.example/other"),
+            # a dropped post whose original was never stored: an error, not a link
+            ItemOutcome(items[1].id, "w:1:a", "duplicate", 1,
+                        canonical_url="https://nowhere.example/", error="not stored: x"),
+        ]
+    )  # fmt: skip
+    rows = storage.imports.detail(job_id).items
     assert (rows[0].state, rows[0].post_id) == ("duplicate", post)
     assert (rows[1].state, rows[1].error) == ("error", "not stored: x")
 
@@ -220,41 +218,37 @@ def dead_pid() -> int:
     return child.pid
 
 
-def test_a_dead_crawl_is_taken_over_and_its_items_resume(store: Store) -> None:
-    job_id, _ = imports.create_job(store, URLS)
+def test_a_dead_crawl_is_taken_over_and_its_items_resume(storage: Storage) -> None:
+    job_id, _ = create_job(storage, URLS)
     # A crawl on another host: its lease must run out first.
-    imports.claim_jobs(store, "elsewhere:1:a", 60)
-    imports.claim_items(store, "elsewhere:1:a", 3)
-    assert imports.claim_jobs(store, "me:1:b", 60) == []
-    store.conn.execute(
-        "UPDATE import_jobs SET leased_until = ? WHERE id = ?", (queue_stamp(0), job_id)
-    )
-    assert imports.claim_jobs(store, "me:1:b", 60) == [job_id]
-    assert states(store, job_id) == ["pending"] * 5
-    items = imports.claim_items(store, "me:1:b", 2)
+    storage.imports.claim("elsewhere:1:a", 60)
+    storage.imports.claim_items("elsewhere:1:a", 3)
+    assert storage.imports.claim("me:1:b", 60) == []
+    storage.db.execute("UPDATE import_jobs SET leased_until = ? WHERE id = ?", (stamp(0), job_id))
+    assert storage.imports.claim("me:1:b", 60) == [job_id]
+    assert states(storage, job_id) == ["pending"] * 5
+    items, _ = storage.imports.claim_items("me:1:b", 2)
     assert [i.attempts for i in items] == [2, 2]  # the killed attempt counted
     # A crawl on this host whose process is gone: taken over at once.
-    gone = f"{imports.socket.gethostname()}:{dead_pid()}:c"
-    store.conn.execute("UPDATE import_jobs SET leased_by = ? WHERE id = ?", (gone, job_id))
-    assert imports.holder_is_gone(gone)
-    assert not imports.holder_is_gone(f"{imports.socket.gethostname()}:{imports.os.getpid()}:d")
-    assert imports.claim_jobs(store, "me:1:e", 60) == [job_id]
-    assert states(store, job_id) == ["pending"] * 5
+    gone = f"{socket.gethostname()}:{dead_pid()}:c"
+    storage.db.execute("UPDATE import_jobs SET leased_by = ? WHERE id = ?", (gone, job_id))
+    assert holder_is_gone(gone)
+    assert not holder_is_gone(f"{socket.gethostname()}:{os.getpid()}:d")
+    assert storage.imports.claim("me:1:e", 60) == [job_id]
+    assert states(storage, job_id) == ["pending"] * 5
     # A cancelled job's items left extracting by a dead crawl end cancelled.
-    imports.claim_items(store, "me:1:e", 1)
-    store.conn.execute(
-        "UPDATE import_jobs SET leased_until = ? WHERE id = ?", (queue_stamp(0), job_id)
-    )
-    job = imports.cancel_job(store, job_id)
+    storage.imports.claim_items("me:1:e", 1)
+    storage.db.execute("UPDATE import_jobs SET leased_until = ? WHERE id = ?", (stamp(0), job_id))
+    job = storage.imports.cancel(job_id)
     assert (job.status, job.cancelled, job.extracting) == ("cancelled", 5, 0)
 
 
-def test_release_gives_back_unfinished_items(store: Store) -> None:
-    job_id, _ = imports.create_job(store, URLS)
-    imports.claim_jobs(store, "w:1:a", 60)
-    imports.claim_items(store, "w:1:a", 2)
-    imports.release_jobs(store, "w:1:a")
-    job = imports.get_job(store, job_id)
+def test_release_gives_back_unfinished_items(storage: Storage) -> None:
+    job_id, _ = create_job(storage, URLS)
+    storage.imports.claim("w:1:a", 60)
+    storage.imports.claim_items("w:1:a", 2)
+    storage.imports.release("w:1:a")
+    job = storage.imports.get(job_id)
     assert (job.status, job.pending, job.leased_by) == ("queued", 5, None)
 
 
@@ -267,7 +261,7 @@ operations = st.lists(
              "retry", "delete", "expire", "release", "raw_state"]
         ),
         st.integers(0, 5),
-        st.sampled_from(imports.ITEM_STATES),
+        st.sampled_from(ITEM_STATES),
     ),
     max_size=40,
 )  # fmt: skip
@@ -276,51 +270,47 @@ operations = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(operations)
 def test_counters_always_equal_the_item_states(ops: list[tuple[str, int, str]]) -> None:
-    conn = connect(":memory:")
-    store = Store(conn)
+    storage = open_storage(":memory:")
     jobs: list[int] = []
-    claimed: list[imports.ClaimedItem] = []
+    claimed: list[ClaimedItem] = []
     for op, n, state in ops:
         job = jobs[n % len(jobs)] if jobs else None
         try:
             if op == "create" or job is None:
-                jobs.append(imports.create_job(store, f"{URLS}\nhttps://x.example/{n}")[0])
+                jobs.append(create_job(storage, f"{URLS}\nhttps://x.example/{n}")[0])
             elif op == "claim_jobs":
-                imports.claim_jobs(store, "w:1:a", 60)
+                storage.imports.claim("w:1:a", 60)
             elif op == "claim_items":
-                claimed += imports.claim_items(store, "w:1:a", n)
+                claimed += storage.imports.claim_items("w:1:a", n)[0]
             elif op == "outcome" and claimed:
                 item = claimed.pop(n % len(claimed))
                 final = state if state in ("saved", "error", "duplicate") else "error"
-                with store._writing() as c:
-                    imports.record_outcomes(
-                        c, [], [], [ImportOutcome(item.id, "w:1:a", final, 1, error="e")]
-                    )
+                storage.imports.record([ItemOutcome(item.id, "w:1:a", final, 1, error="e")])
             elif op in ("pause", "resume", "cancel", "retry", "delete"):
                 action = {
-                    "pause": imports.pause_job,
-                    "resume": imports.resume_job,
-                    "cancel": imports.cancel_job,
-                    "retry": imports.retry_failed,
-                    "delete": imports.delete_job,
+                    "pause": storage.imports.pause,
+                    "resume": storage.imports.resume,
+                    "cancel": storage.imports.cancel,
+                    "retry": storage.imports.retry_failed,
+                    "delete": storage.imports.delete,
                 }[op]
-                action(store, job)
+                action(job)
                 if op == "delete":
                     jobs.remove(job)
             elif op == "expire":
-                conn.execute("UPDATE import_jobs SET leased_until = ?", (queue_stamp(0),))
+                storage.db.execute("UPDATE import_jobs SET leased_until = ?", (stamp(0),))
             elif op == "release":
-                imports.release_jobs(store, "w:1:a")
-            elif op == "raw_state":  # any writer, even one that bypasses this module
-                conn.execute(
+                storage.imports.release("w:1:a")
+            elif op == "raw_state":  # any writer, even one that bypasses the repository
+                storage.db.execute(
                     "UPDATE import_items SET state = ? WHERE id = "
                     "(SELECT min(id) FROM import_items WHERE job_id = ?)",
                     (state, job),
                 )
-        except imports.ImportJobError:
+        except ImportJobError:
             pass
-        assert_counters_exact(store)
-    conn.close()
+        assert_counters_exact(storage)
+    storage.close()
 
 
 # --- command line ---------------------------------------------------------------------

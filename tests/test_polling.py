@@ -162,8 +162,8 @@ def test_due_crawls_poll_only_what_is_due(site, project):
     )  # fmt: skip
     lines = {line.split()[0]: line for line in status.stdout.splitlines()[1:]}
     assert lines["fast"].split()[1:3] == ["alive", "0"]
-    assert "in 29m" in lines["fast"] or "in 30m" in lines["fast"]
-    assert "in 3h" in lines["slow"] or "in 4h" in lines["slow"]
+    assert "in 29 min" in lines["fast"] or "in 30 min" in lines["fast"]
+    assert "in 3 h" in lines["slow"] or "in 4 h" in lines["slow"]
 
 
 def test_retry_after_and_gone(site, project):

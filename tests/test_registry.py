@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import REPO
 
 from vesti_scrapy.registry import DIRECTIONS, RegistryError, load_sources, parse_sources
-from vesti_scrapy.storage import Store
+from vesti_scrapy.storage import open_storage
+from vesti_scrapy.storage.records import NewPost
 from vesti_scrapy.text import text_sha256
 
 SHIPPED = REPO / "sources.yaml"
@@ -312,90 +313,82 @@ def test_unreadable_file_is_a_registry_error(tmp_path: Path):
 # --- sync into the sources table ----------------------------------------------------------
 
 
-def post_row(source_id: int, slug: str, url: str, text: str = "Some text") -> dict[str, Any]:
-    return {
-        "source": slug,
-        "source_id": source_id,
-        "url": url,
-        "canonical_url": url,
-        "title": "A title",
-        "text": text,
-        "sha256": text_sha256(text),
-        "substantive": 0,
-        "author": None,
-        "published_at": None,
-        "fetched_at": "2025-01-01T00:00:00Z",
-        "lang": "en",
-        "direction": "linux",
-        "content_type": "text",
-    }
+def new_post(slug: str, url: str, text: str = "Some text") -> NewPost:
+    return NewPost(
+        source=slug,
+        url=url,
+        canonical_url=url,
+        title="A title",
+        text=text,
+        sha256=text_sha256(text),
+        substantive=False,
+        fetched_at="2025-01-01T00:00:00Z",
+        lang="en",
+        direction="linux",
+    )
 
 
 def test_sync_upserts_by_slug_and_disables_removed_sources(tmp_path: Path):
     db = tmp_path / "data" / "vesti.db"
-    store = Store.open(db)
-    try:
-        store.sync_sources(parse_sources(GOOD))
-        rows = {r.slug: r for r in store.sources()}
+    with open_storage(db) as storage:
+        storage.sources.sync(parse_sources(GOOD))
+        rows = {r.slug: r for r in storage.sources.all()}
         assert set(rows) == {"lwn", "ars", "tg-news"}
         assert rows["lwn"].enabled and rows["ars"].enabled
         assert not rows["tg-news"].enabled
         assert rows["lwn"].feed_url == "https://lwn.net/headlines/rss"
-        ids = store.source_ids()
+        ids = storage.sources.ids()
 
-        inserted = store.write(
+        inserted = storage.posts.insert(
             [
-                post_row(ids["ars"], "ars", "https://arstechnica.com/a1"),
-                post_row(ids["ars"], "ars", "https://arstechnica.com/a2", "Other text"),
+                new_post("ars", "https://arstechnica.com/a1"),
+                new_post("ars", "https://arstechnica.com/a2", "Other text"),
             ],
-            [],
+            ids,
         )
-        assert inserted == [True, True]
+        assert [post_id is not None for post_id in inserted] == [True, True]
 
         # A renamed source keeps its row (same id); a removed one is disabled, not deleted.
         renamed = GOOD.replace("name: LWN.net", "name: LWN (renamed)")
         without_ars = "\n\n".join(part for part in renamed.split("\n\n") if "slug: ars" not in part)
-        store.sync_sources(parse_sources(without_ars))
-        rows = {r.slug: r for r in store.sources()}
+        storage.sources.sync(parse_sources(without_ars))
+        rows = {r.slug: r for r in storage.sources.all()}
         assert set(rows) == {"lwn", "ars", "tg-news"}
         assert rows["lwn"].name == "LWN (renamed)"
         assert rows["lwn"].id == ids["lwn"]
         assert rows["lwn"].enabled
         assert not rows["ars"].enabled
         assert rows["ars"].id == ids["ars"]
-        posts = store.conn.execute(
+        conn = sqlite3.connect(db)
+        posts = conn.execute(
             "SELECT canonical_url FROM posts WHERE source_id = ? ORDER BY id", (ids["ars"],)
         ).fetchall()
+        conn.close()
         assert [p[0] for p in posts] == [
             "https://arstechnica.com/a1",
             "https://arstechnica.com/a2",
         ]
 
         # Listed again: enabled again, same row.
-        store.sync_sources(parse_sources(GOOD))
-        rows = {r.slug: r for r in store.sources()}
+        storage.sources.sync(parse_sources(GOOD))
+        rows = {r.slug: r for r in storage.sources.all()}
         assert rows["ars"].enabled
         assert rows["ars"].id == ids["ars"]
         assert rows["lwn"].name == "LWN.net"
-    finally:
-        store.close()
 
 
 def test_sync_applies_changed_fields(tmp_path: Path):
-    store = Store.open(tmp_path / "vesti.db")
-    try:
-        store.sync_sources(parse_sources(GOOD))
+    with open_storage(tmp_path / "vesti.db") as storage:
+        storage.sources.sync(parse_sources(GOOD))
         changed = GOOD.replace(
             "feed_url: https://lwn.net/headlines/rss", "feed_url: https://lwn.net/new/rss"
         ).replace("priority: P0", "priority: P2")
-        store.sync_sources(parse_sources(changed))
-        lwn = next(r for r in store.sources() if r.slug == "lwn")
+        storage.sources.sync(parse_sources(changed))
+        rows = storage.sources.all()
+        lwn = next(r for r in rows if r.slug == "lwn")
         assert lwn.feed_url == "https://lwn.net/new/rss"
         assert lwn.priority == "P2"
-        count = store.conn.execute("SELECT COUNT(*) FROM sources").fetchone()[0]
-        assert count == 3
-    finally:
-        store.close()
+        assert len(rows) == 3
 
 
 # --- the command line ---------------------------------------------------------------------
@@ -456,11 +449,8 @@ def test_sources_check_on_a_yaml_syntax_error(tmp_path: Path):
 
 def test_crawl_with_an_invalid_registry_writes_nothing(tmp_path: Path):
     db = tmp_path / "vesti.db"
-    store = Store.open(db)
-    try:
-        store.sync_sources(parse_sources(GOOD))
-    finally:
-        store.close()
+    with open_storage(db) as storage:
+        storage.sources.sync(parse_sources(GOOD))
     before = db.read_bytes()
     bad = tmp_path / "sources.yaml"
     bad.write_text(GOOD.replace("slug: ars", "slug: lwn"), encoding="utf-8")

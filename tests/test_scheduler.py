@@ -25,7 +25,14 @@ from conftest import FIXTURES, REPO, Project, source_entry
 from fake_scrapyd import FakeScrapyd
 
 from vesti_scrapy import scheduler
-from vesti_scrapy.scheduler import Options, Outcome, ScrapydClient, ScrapydRunner
+from vesti_scrapy.launch import (
+    LocalRunner,
+    Options,
+    Outcome,
+    ScrapydClient,
+    ScrapydRunner,
+    lock_path,
+)
 
 SCHEDULE = [sys.executable, "-m", "vesti_scrapy", "schedule"]
 CRAWL_TIMEOUT = 90.0
@@ -65,7 +72,7 @@ def wait_for_unlock(path: Path, timeout: float = CRAWL_TIMEOUT) -> None:
 
 
 def crawl_pid(project: Project) -> int:
-    return int(scheduler.lock_path(project.db).read_text().strip())
+    return int(lock_path(project.db).read_text().strip())
 
 
 def crawl_logs(project: Project) -> list[Path]:
@@ -84,7 +91,7 @@ def feeds(site: Any, project: Project) -> Iterator[Any]:
         ]
     )
     yield site_
-    lock = scheduler.lock_path(project.db)
+    lock = lock_path(project.db)
     if lock.exists() and lock_held(lock):
         # The crawl leads its own session (start_new_session): its group is its pid.
         os.killpg(crawl_pid(project), signal.SIGKILL)
@@ -108,7 +115,7 @@ def test_once_starts_a_crawl_and_a_second_once_does_not_overlap(feeds, project):
     assert first.returncode == 0, first.stderr
     pid = crawl_pid(project)
     assert f"Started feeds crawl (pid {pid})" in first.stderr
-    lock = scheduler.lock_path(project.db)
+    lock = lock_path(project.db)
     # The scheduler has exited; the crawl runs on and holds the lock.
     assert lock_held(lock)
 
@@ -129,7 +136,7 @@ def test_a_killed_crawl_leaves_no_stale_lock(feeds, project):
     slow_linux_feed(feeds, delay=30.0)
     assert run_schedule(project, "--once").returncode == 0
     killed = crawl_pid(project)
-    lock = scheduler.lock_path(project.db)
+    lock = lock_path(project.db)
     assert lock_held(lock)
     # As after a crash or an OOM kill: no chance to clean anything up.
     os.killpg(killed, signal.SIGKILL)
@@ -156,7 +163,7 @@ def test_the_loop_ticks_until_sigterm_and_leaves_the_crawl_running(feeds, projec
         text=True,
     )
     try:
-        lock = scheduler.lock_path(project.db)
+        lock = lock_path(project.db)
         deadline = time.monotonic() + 30
         while not (lock.exists() and lock.read_text().strip()):
             assert time.monotonic() < deadline, "no crawl started"
@@ -182,7 +189,7 @@ def test_print_cron_is_a_working_line_that_skips_while_a_crawl_runs(feeds, proje
     result = run_schedule(project, "--print-cron")
     assert result.returncode == 0, result.stderr
     (line,) = result.stdout.splitlines()
-    lock = REPO / scheduler.lock_path(project.db)
+    lock = REPO / lock_path(project.db)
     assert line.startswith("* * * * * ")
     assert f"cd {shlex.quote(str(REPO))} && " in line
     assert f"flock -n {shlex.quote(str(lock))} " in line
@@ -207,7 +214,7 @@ def test_print_cron_is_a_working_line_that_skips_while_a_crawl_runs(feeds, proje
 
 
 def test_only_the_newest_crawl_logs_are_kept(tmp_path):
-    runner = scheduler.LocalRunner(Options(db=tmp_path / "vesti.db", keep_logs=2))
+    runner = LocalRunner(Options(db=tmp_path / "vesti.db", keep_logs=2))
     logs = tmp_path / "logs"
     logs.mkdir()
     names = [f"feeds-2026113{day}T000000Z.log" for day in range(4)] + ["feeds-cron.log"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -20,9 +21,13 @@ import pytest
 from conftest import REPO
 from fake_ollama import FakeOllama
 
-from vesti_scrapy import storage, worker
-from vesti_scrapy.classify import Classification, Classifier
-from vesti_scrapy.storage import CLAIM_SQL, QueuedPost, Store
+from vesti_scrapy.processing import worker
+from vesti_scrapy.processing.classify import Classification, Classifier
+from vesti_scrapy.storage import SCHEMA_VERSION, open_storage
+from vesti_scrapy.storage.migrations.sqlite import MIGRATIONS
+from vesti_scrapy.storage.queue import CLAIM_SQL
+from vesti_scrapy.storage.records import QueuedPost
+from vesti_scrapy.timefmt import utcnow
 
 TEXTS = [
     ("Linux 6.19 is out", "Linus Torvalds released the kernel. Debian and Fedora follow."),
@@ -41,16 +46,16 @@ def make_db(
 
     Unsure posts have no keyword at all, so a configured Ollama is asked about each; their
     titles are "Note <n>" for counting calls per post."""
-    conn = storage.connect(path)
+    storage = open_storage(path)
     try:
-        with storage.transaction(conn):
+        with storage.transaction():
             for slug in sources:
-                conn.execute(
+                storage.db.execute(
                     "INSERT INTO sources (slug, name, crawler, direction) "
                     "VALUES (?, ?, 'rss', 'tech')",
                     (slug, slug.title()),
                 )
-            ids = dict(conn.execute("SELECT slug, id FROM sources").fetchall())
+            ids = storage.sources.ids()
             rows = []
             for n in range(posts):
                 if unsure:
@@ -66,22 +71,27 @@ def make_db(
                         title,
                         text,
                         f"sha{n}",
-                        storage.utcnow(),
+                        utcnow(),
                         "tech",
                     )
                 )
-            conn.executemany(
+            storage.db.executemany(
                 "INSERT INTO posts (source_id, url, canonical_url, title, text, sha256, "
                 "fetched_at, direction) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
-        return [r[0] for r in conn.execute("SELECT id FROM posts ORDER BY id")]
+        return [r[0] for r in storage.db.all("SELECT id FROM posts ORDER BY id")]
     finally:
-        conn.close()
+        storage.close()
+
+
+def connect(db: Path) -> sqlite3.Connection:
+    """A plain connection to the file, outside the code under test (autocommit)."""
+    return sqlite3.connect(db, isolation_level=None, timeout=5)
 
 
 def query(db: Path, sql: str, *params) -> list[tuple]:
-    conn = storage.connect(db)
+    conn = connect(db)
     try:
         return [tuple(r) for r in conn.execute(sql, params)]
     finally:
@@ -126,8 +136,8 @@ class Counting:
 def test_the_migration_adds_queue_columns_results_and_partial_indexes(tmp_path: Path):
     db = tmp_path / "vesti.db"
     # A database at version 2 with posts in it: they become the queue's pending posts.
-    conn = storage.sqlite3.connect(db, isolation_level=None)
-    for migration in storage.MIGRATIONS[:2]:
+    conn = connect(db)
+    for migration in MIGRATIONS[:2]:
         migration(conn)
     conn.execute("PRAGMA user_version = 2")
     conn.close()
@@ -148,7 +158,7 @@ def test_the_migration_adds_queue_columns_results_and_partial_indexes(tmp_path: 
         "direction",  # kept: the source's direction at fetch time, the prior
     } <= posts
     assert "is_own" in {r[1] for r in query(db, "PRAGMA table_info(sources)")}
-    assert query(db, "PRAGMA user_version") == [(storage.SCHEMA_VERSION,)]
+    assert query(db, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     assert states(db) == {0: 3}
     indexes = dict(query(db, "SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
     assert "WHERE classified = 0" in indexes["posts_pending"]
@@ -159,7 +169,7 @@ def test_the_migration_adds_queue_columns_results_and_partial_indexes(tmp_path: 
 def test_claiming_is_index_seeks_not_a_scan_of_posts(tmp_path: Path):
     db = tmp_path / "vesti.db"
     make_db(db, 50, sources=("a", "b"))
-    conn = storage.connect(db)
+    conn = connect(db)
     try:
         conn.execute("UPDATE sources SET is_own = 1 WHERE slug = 'a'")
         params = {"worker": "w", "now": "x", "until": "y"}
@@ -222,7 +232,7 @@ def test_100_posts_8_workers_each_classified_once_and_a_second_run_touches_nothi
 def test_own_sources_first_then_the_oldest(tmp_path: Path):
     db = tmp_path / "vesti.db"
     make_db(db, 12, sources=("other", "own", "third"))
-    conn = storage.connect(db)
+    conn = connect(db)
     conn.execute("UPDATE sources SET is_own = 1 WHERE slug = 'own'")
     conn.close()
     own_sql = (
@@ -268,12 +278,9 @@ def test_failures_are_retried_and_fail_for_good_after_three_attempts(tmp_path: P
     ]
     # A second run leaves failed posts alone; --retry-failed brings them back.
     assert worker.run(db, workers=2, classify=Counting()).claimed == 0
-    store = Store.open(db)
-    try:
-        assert store.retry_failed() == 2
-        assert store.queue_counts() == {"pending": 2, "claimed": 0, "done": 18, "failed": 0}
-    finally:
-        store.close()
+    with open_storage(db) as storage:
+        assert storage.queue.retry_failed() == 2
+        assert storage.queue.counts() == {"pending": 2, "claimed": 0, "done": 18, "failed": 0}
 
 
 def test_an_invalid_classification_is_a_failure(tmp_path: Path):
@@ -295,12 +302,9 @@ def test_an_invalid_classification_is_a_failure(tmp_path: Path):
 def test_an_expired_claim_returns_to_the_queue_and_a_live_one_is_left_alone(tmp_path: Path):
     db = tmp_path / "vesti.db"
     ids = make_db(db, 5)
-    store = Store.open(db)
-    try:
-        dead = store.claim_post("deadhost:1:aa/0", lease_seconds=0.2)
-        live = store.claim_post("livehost:2:bb/0", lease_seconds=60)
-    finally:
-        store.close()
+    with open_storage(db) as storage:
+        dead = storage.queue.claim("deadhost:1:aa/0", lease_seconds=0.2)
+        live = storage.queue.claim("livehost:2:bb/0", lease_seconds=60)
     assert (dead.id, live.id) == (ids[0], ids[1])
     time.sleep(0.3)
     counting = Counting()
@@ -319,15 +323,14 @@ def test_an_expired_claim_returns_to_the_queue_and_a_live_one_is_left_alone(tmp_
 def test_a_post_whose_workers_keep_dying_fails_after_three_leases(tmp_path: Path):
     db = tmp_path / "vesti.db"
     ids = make_db(db, 2)
-    store = Store.open(db)
-    try:
+    with open_storage(db) as storage:
         for n in range(3):
-            assert store.claim_post(f"dead:{n}:x/0", lease_seconds=0.01).id == ids[0]
+            assert storage.queue.claim(f"dead:{n}:x/0", lease_seconds=0.01).id == ids[0]
             time.sleep(0.02)
         # The next claim expires the third lease: the post fails; the next one is claimed.
-        assert store.claim_post("w:1:x/0", lease_seconds=60).id == ids[1]
+        assert storage.queue.claim("w:1:x/0", lease_seconds=60).id == ids[1]
         # Too late: the post is no longer held by the dead worker.
-        assert not store.finish_post(
+        assert not storage.queue.finish(
             ids[0],
             "dead:2:x/0",
             direction="tech",
@@ -336,9 +339,7 @@ def test_a_post_whose_workers_keep_dying_fails_after_three_leases(tmp_path: Path
             summary="s",
             classifier="keywords",
         )
-        assert store.fail_post(ids[0], "dead:2:x/0", "late") is None
-    finally:
-        store.close()
+        assert storage.queue.fail(ids[0], "dead:2:x/0", "late") is None
     row = query(db, "SELECT classified, attempts, last_error FROM posts WHERE id = ?", ids[0])
     assert row[0][:2] == (-2, 3) and "dead:2:x/0 did not finish it" in row[0][2]
 
@@ -575,13 +576,13 @@ def test_loop_waits_for_new_posts_and_sigterm_stops_it(tmp_path: Path):
     )
     try:
         time.sleep(1.0)
-        conn = storage.connect(db)
+        conn = connect(db)
         try:
             source = conn.execute("SELECT id FROM sources").fetchone()[0]
             conn.executemany(
                 "INSERT INTO posts (source_id, url, canonical_url, title, text, sha256, "
                 "fetched_at) VALUES (?, ?, ?, 'Linux kernel', 'Debian and Ubuntu', ?, ?)",
-                [(source, f"u{n}", f"u{n}", f"h{n}", storage.utcnow()) for n in range(10)],
+                [(source, f"u{n}", f"u{n}", f"h{n}", utcnow()) for n in range(10)],
             )
         finally:
             conn.close()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cache
 
 # A notice is short; anything longer is an article, whatever it says about cookies.
 MAX_WALL_CHARS = 6000
@@ -128,8 +129,17 @@ _WEAK_PHRASES = [
     r"согласи\w*|персональных данных|конфиденциальности|принять все|отклонить",
 ]
 
-_STRONG = [re.compile(rf"(?<!\w)(?:{p})(?!\w)") for p in _STRONG_PHRASES]
-_WEAK = [re.compile(rf"(?<!\w)(?:{p})(?!\w)") for p in _WEAK_PHRASES]
+
+@cache
+def _patterns() -> tuple[list[re.Pattern[str]], list[re.Pattern[str]]]:
+    """The phrases compiled, strong and weak: on first use, not by every crawl that
+    imports the module and never meets a page."""
+    return (
+        [re.compile(rf"(?<!\w)(?:{p})(?!\w)") for p in _STRONG_PHRASES],
+        [re.compile(rf"(?<!\w)(?:{p})(?!\w)") for p in _WEAK_PHRASES],
+    )
+
+
 _SPACES = re.compile(r"\s+")
 
 
@@ -159,11 +169,12 @@ def _normalize(text: str) -> str:
 def _paragraph_score(paragraph: str) -> tuple[int, list[str]]:
     score = 0
     strong = []
-    for pattern in _STRONG:
+    strong_patterns, weak_patterns = _patterns()
+    for pattern in strong_patterns:
         for match in pattern.finditer(paragraph):
             score += STRONG
             strong.append(match.group(0))
-    for pattern in _WEAK:
+    for pattern in weak_patterns:
         score += WEAK * len(pattern.findall(paragraph))
     return score, strong
 

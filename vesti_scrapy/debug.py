@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy.utils.project import get_project_settings
+
 from vesti_scrapy.feeds import FeedError, parse_feed
-from vesti_scrapy.settings import VESTI_SUBSTANTIVE_CHARS, VESTI_SUMMARY_MIN_CHARS
 from vesti_scrapy.text import canonical_text, extract_article, text_sha256
 from vesti_scrapy.urls import normalize_url
 
@@ -32,13 +33,16 @@ def describe(response: Response, width: int = 300) -> str:
         if not text:
             return f"{response.url}: not a feed ({feed_error}) and no article text found"
         return f"article page {response.url}: {len(text)} characters would be stored\n\n{text}"
+    settings = get_project_settings()
+    summary_min_chars = settings.getint("VESTI_SUMMARY_MIN_CHARS")
+    substantive_chars = settings.getint("VESTI_SUBSTANTIVE_CHARS")
     lines = [f"feed {response.url}: {len(feed.entries)} entries"]
     if feed.problem:
         lines.append(f"  (malformed but readable: {feed.problem})")
     for number, entry in enumerate(feed.entries, 1):
         link = entry.link or entry.entry_id or ""
-        follow = entry.summary_only and len(entry.text) < VESTI_SUMMARY_MIN_CHARS and entry.link
-        substantive = len(canonical_text(entry.text)) >= VESTI_SUBSTANTIVE_CHARS
+        follow = entry.summary_only and len(entry.text) < summary_min_chars and entry.link
+        substantive = len(canonical_text(entry.text)) >= substantive_chars
         lines += [
             f"\n[{number}] {entry.title}",
             f"    canonical url: {normalize_url(link) if link else '-'}",

@@ -1,4 +1,5 @@
-"""`python -m vesti_scrapy schedule`: start a ``feeds due=1`` crawl every minute, never two.
+"""The scheduler (`python -m vesti_scrapy schedule`): a ``feeds due=1`` crawl every minute,
+never two at once.
 
 Each tick starts one crawl of the feeds whose next poll is due, unless the previous one is
 still pending or running:
@@ -16,42 +17,34 @@ still pending or running:
 
 Crawls run in their own session and outlive the scheduler: stopping it (Ctrl-C, SIGTERM)
 never cuts a crawl short, and the lock keeps the next scheduler from overlapping it.
+
+Starting a crawl is :mod:`vesti_scrapy.launch`'s; here are the cadence (:func:`run_loop`),
+one tick as cron runs it (:func:`run_once`) and the crontab line (:func:`cron_line`).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import shlex
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from vesti_scrapy.launch.local import (
-    DEFAULT_INTERVAL,
-    DEFAULT_KEEP_LOGS,
-    DEFAULT_PROJECT,
-    SPIDER,
-    LocalRunner,
-    Options,
-    Outcome,
-    Runner,
-    crawl_command,
-)
-from vesti_scrapy.launch.scrapyd import ScrapydClient, ScrapydRunner
+from vesti_scrapy.launch import SPIDER, Options, Outcome, Runner, make_runner
+from vesti_scrapy.launch.local import crawl_command
 
 logger = logging.getLogger("vesti.schedule")
 
 
-# --- the loop --------------------------------------------------------------------------
-def make_runner(options: Options) -> Runner:
-    if options.scrapyd:
-        return ScrapydRunner(options, ScrapydClient.from_url(options.scrapyd))
-    return LocalRunner(options)
+def run_once(options: Options) -> int:
+    """One tick, as cron runs it; returns the exit status."""
+    runner = make_runner(options)
+    outcome = runner.tick()
+    runner.close()
+    # An unreachable scrapyd is the next tick's business (cron runs us again): 0.
+    return 0 if options.scrapyd or outcome is not Outcome.FAILED else 1
 
 
 def run_loop(runner: Runner, interval: float, stop: threading.Event) -> None:
@@ -96,94 +89,3 @@ def cron_line(options: Options, cwd: Path, python: str = sys.executable) -> str:
     )
     # In a crontab a bare % ends the command.
     return "* * * * * " + line.replace("%", r"\%")
-
-
-# --- command line ------------------------------------------------------------------------
-def add_subcommand(commands: Any) -> None:
-    """Register `schedule` with the `python -m vesti_scrapy` argument parser."""
-    parser = commands.add_parser(
-        "schedule",
-        help="start a `feeds due=1` crawl every minute, never two at once",
-        description="Start a `feeds due=1` crawl every minute (locally or on scrapyd), "
-        "unless the previous one is still pending or running.",
-    )
-    parser.add_argument(
-        "--scrapyd", metavar="URL", help="schedule jobs on scrapyd instead of local crawls"
-    )
-    parser.add_argument(
-        "--project", default=DEFAULT_PROJECT, help="scrapyd project (default: %(default)s)"
-    )
-    parser.add_argument("--db", help="database file (default: $VESTI_DB or data/vesti.db)")
-    parser.add_argument("--once", action="store_true", help="one tick, then exit")
-    parser.add_argument(
-        "--print-cron", action="store_true", help="print the equivalent crontab line and exit"
-    )
-    parser.add_argument(
-        "--interval",
-        type=float,
-        default=DEFAULT_INTERVAL,
-        metavar="SECONDS",
-        help="time between ticks (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--setting",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="Scrapy setting for every crawl (repeatable), e.g. VESTI_DB=/srv/vesti/vesti.db "
-        "for scrapyd jobs",
-    )
-    parser.add_argument(
-        "--keep-logs",
-        type=int,
-        default=DEFAULT_KEEP_LOGS,
-        metavar="N",
-        help="local crawl logs to keep in logs/ next to the database (default: %(default)s)",
-    )
-    parser.set_defaults(func=main)
-
-
-def options_from_args(args: argparse.Namespace) -> Options:
-    from vesti_scrapy import settings
-
-    for setting in args.setting:
-        if "=" not in setting:
-            raise SystemExit(f"error: --setting {setting!r}: expected NAME=VALUE")
-    if args.interval <= 0:
-        raise SystemExit("error: --interval must be positive")
-    return Options(
-        db=Path(args.db or settings.VESTI_DB),
-        scrapyd=args.scrapyd,
-        project=args.project,
-        interval=args.interval,
-        settings=tuple(args.setting),
-        keep_logs=max(1, args.keep_logs),
-    )
-
-
-def main(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
-    if args.print_cron:
-        print(cron_line(options, Path.cwd()))
-        return 0
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s [%(name)s] %(levelname)s: %(message)s"
-    )
-    runner = make_runner(options)
-    if args.once:
-        outcome = runner.tick()
-        runner.close()
-        # An unreachable scrapyd is the next tick's business (cron runs us again): 0.
-        return 0 if options.scrapyd or outcome is not Outcome.FAILED else 1
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: object) -> None:
-        logger.info("Stopping (%s)", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    target = f"scrapyd at {options.scrapyd}" if options.scrapyd else "local crawls"
-    logger.info("Scheduling feeds crawls every %g s (%s)", options.interval, target)
-    run_loop(runner, options.interval, stop)
-    return 0

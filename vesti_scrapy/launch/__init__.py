@@ -1,27 +1,38 @@
 """The one way to start a crawl: a local ``scrapy crawl`` guarded by a lock, or a job on
-scrapyd. The scheduler's ticks, the dashboard's "Run now" and its import button all
-start crawls through here."""
+scrapyd. The scheduler's ticks, the dashboard's "Run now" and its import button, and the
+command line's ``import --run`` and ``demo`` all start crawls through here.
 
-from vesti_scrapy.launch.launchers import (
+* :mod:`~vesti_scrapy.launch.common`: the spider, scopes, options and outcomes;
+* :mod:`~vesti_scrapy.launch.local`: subprocesses and their locks;
+* :mod:`~vesti_scrapy.launch.scrapyd`: scrapyd's JSON API.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vesti_scrapy.launch.common import (
     ALL,
-    TRIGGER,
-    Launcher,
-    LocalLauncher,
-    RunInProgress,
-    ScrapydLauncher,
-    StartResult,
-    make_launcher,
-)
-from vesti_scrapy.launch.local import (
     DEFAULT_PROJECT,
     SPIDER,
-    LocalRunner,
+    TRIGGER,
+    Launcher,
     Options,
     Outcome,
+    RunInProgress,
+    Runner,
+    StartResult,
     lock_path,
+)
+from vesti_scrapy.launch.local import (
+    LocalLauncher,
+    LocalRunner,
+    lock_holder,
+    run_crawl,
+    source_lock,
     spawn_urls_crawl,
 )
-from vesti_scrapy.launch.scrapyd import ScrapydClient, ScrapydError, ScrapydRunner
+from vesti_scrapy.launch.scrapyd import ScrapydClient, ScrapydError, ScrapydLauncher, ScrapydRunner
 
 __all__ = [
     "ALL",
@@ -34,12 +45,34 @@ __all__ = [
     "Options",
     "Outcome",
     "RunInProgress",
+    "Runner",
     "ScrapydClient",
     "ScrapydError",
     "ScrapydLauncher",
     "ScrapydRunner",
     "StartResult",
+    "lock_holder",
     "lock_path",
     "make_launcher",
+    "make_runner",
+    "run_crawl",
+    "source_lock",
     "spawn_urls_crawl",
 ]
+
+
+def make_launcher(
+    db: Path, scrapyd: str | None, project: str, settings: tuple[str, ...]
+) -> LocalLauncher | ScrapydLauncher:
+    """The dashboard's launcher: scrapyd's when a URL is given, else local crawls."""
+    if scrapyd:
+        return ScrapydLauncher.from_url(scrapyd, project=project, settings=settings)
+    return LocalLauncher(db, settings)
+
+
+def make_runner(options: Options) -> LocalRunner | ScrapydRunner:
+    """The scheduler's runner: a scrapyd job per tick with ``options.scrapyd``, else a
+    local crawl."""
+    if options.scrapyd:
+        return ScrapydRunner(options, ScrapydClient.from_url(options.scrapyd))
+    return LocalRunner(options)

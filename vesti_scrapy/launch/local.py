@@ -1,94 +1,107 @@
-"""Local crawls: `scrapy crawl` subprocesses, one per scope at a time, guarded by a lock.
+"""Local crawls: `scrapy crawl` subprocesses, at most one per scope, guarded by a lock.
 
-The guard is an exclusive ``flock`` on a lock file (the scheduler's is
-``<VESTI_DB>.schedule.lock``), taken here and handed to the crawl as an inherited file
-descriptor: the lock lives exactly as long as the crawl process, whatever happens to
-whoever started it. The kernel drops it when the crawl exits, even on ``kill -9``, so a
-crash never leaves a stale lock behind. Crawls run in their own session and outlive
-their starter: stopping it never cuts a crawl short.
+The guard is an exclusive ``flock`` on a lock file, taken here and handed to the crawl as
+an inherited file descriptor: the lock lives exactly as long as the crawl process,
+whatever happens to whoever started it. The kernel drops it when the crawl exits, even on
+``kill -9``, so a crash never leaves a stale lock behind. Crawls run in their own session
+and outlive their starter: stopping it never cuts a crawl short.
+
+Scope ``all`` takes the scheduler's lock, ``<VESTI_DB>.schedule.lock``: a scheduled
+``due=1`` crawl that is running (or cron's, whose ``flock -n`` takes the same lock) counts
+as a run in progress for "Run now" of everything, and the scheduler in turn starts
+nothing while the dashboard's crawl of everything runs. One source takes
+``<VESTI_DB>.locks/<slug>.lock``, so a source can be fetched while another runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import fcntl
 import logging
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+
+from vesti_scrapy.launch.common import (
+    ALL,
+    SPIDER,
+    TRIGGER,
+    Options,
+    Outcome,
+    RunInProgress,
+    StartResult,
+    lock_path,
+    spider_arguments,
+)
+from vesti_scrapy.timefmt import iso
 
 logger = logging.getLogger("vesti.schedule")
 
-SPIDER = "feeds"
-# What every scheduled crawl is: only due feeds, and recorded as started by the scheduler.
-SPIDER_ARGUMENTS = {"due": "1", "trigger": "schedule"}
-DEFAULT_INTERVAL = 60.0
-DEFAULT_PROJECT = "vesti_scrapy"
-DEFAULT_KEEP_LOGS = 100
-# listjobs.json answers at once; schedule.json runs `scrapy list` on the egg first, which
-# takes a few seconds. Both stay well below one interval, so ticks never pile up.
-LISTJOBS_TIMEOUT = 10.0
-SCHEDULE_TIMEOUT = 30.0
 
-
-class Outcome(enum.Enum):
-    STARTED = "started"
-    BUSY = "busy"  # the previous crawl is still pending or running
-    FAILED = "failed"  # nothing started; the next tick tries again
-
-
-@dataclass(frozen=True)
-class Options:
-    db: Path
-    scrapyd: str | None = None
-    project: str = DEFAULT_PROJECT
-    interval: float = DEFAULT_INTERVAL
-    # NAME=VALUE Scrapy settings for every crawl (`-s` locally, `setting=` for scrapyd).
-    settings: tuple[str, ...] = ()
-    keep_logs: int = DEFAULT_KEEP_LOGS
-    # Spider arguments of every crawl; the dashboard's "Run now" passes its own.
-    arguments: dict[str, str] = field(default_factory=lambda: dict(SPIDER_ARGUMENTS))
-    # The guard's lock file; None: the scheduler's, next to the database.
-    lock: Path | None = None
-
-    @property
-    def lock_path(self) -> Path:
-        return self.lock or lock_path(self.db)
-
-    @property
-    def log_dir(self) -> Path:
-        return self.db.parent / "logs"
-
-
-def lock_path(db: Path) -> Path:
-    """The scheduler's lock, next to the database it schedules crawls for."""
-    return db.with_name(db.name + ".schedule.lock")
-
-
-def crawl_command(options: Options, python: str = sys.executable) -> list[str]:
-    command = [python, "-m", "scrapy", "crawl", SPIDER]
-    for name, value in options.arguments.items():
+# --- the command and its environment ---------------------------------------------------
+def scrapy_command(
+    spider: str,
+    arguments: dict[str, str],
+    settings: Sequence[str] = (),
+    python: str = sys.executable,
+) -> list[str]:
+    command = [python, "-m", "scrapy", "crawl", spider]
+    for name, value in arguments.items():
         command += ["-a", f"{name}={value}"]
-    for setting in options.settings:
+    for setting in settings:
         command += ["-s", setting]
     return command
 
 
-class Runner(Protocol):
-    def tick(self) -> Outcome: ...
-
-    def close(self) -> None: ...
+def crawl_command(options: Options, python: str = sys.executable) -> list[str]:
+    return scrapy_command(SPIDER, options.arguments, options.settings, python)
 
 
-# --- local crawls --------------------------------------------------------------------
+def crawl_env(db: str | Path, **extra: str) -> dict[str, str]:
+    """Our environment, with the database to crawl into (and ``extra`` variables)."""
+    env = {**os.environ, "VESTI_DB": str(Path(db).resolve()), **extra}
+    # The crawl finds the project from any working directory, not only next to scrapy.cfg.
+    env.setdefault("SCRAPY_SETTINGS_MODULE", "vesti_scrapy.settings")
+    return env
+
+
+def run_crawl(db: str | Path, spider: str, arguments: dict[str, str], **env: str) -> int:
+    """Run a crawl in the foreground, its output on ours, and wait; returns its status."""
+    return subprocess.run(scrapy_command(spider, arguments), env=crawl_env(db, **env)).returncode
+
+
+def spawn_urls_crawl(
+    db: str | Path, job_id: int | None = None, log_dir: str | Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``scrapy crawl urls`` in the background (its own session, so it outlives the
+    caller), logging to ``<log_dir>/urls-<UTC time>.log`` (default: ``logs/`` next to the
+    database). For the dashboard's "import" button; the crawl takes every runnable job,
+    or only ``job_id``."""
+    db = Path(db).resolve()
+    logs = Path(log_dir) if log_dir else db.parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    moment = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    arguments = {} if job_id is None else {"job": str(job_id)}
+    with (logs / f"urls-{moment}.log").open("ab") as log:
+        return subprocess.Popen(
+            scrapy_command("urls", arguments),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=crawl_env(db),
+            start_new_session=True,
+        )
+
+
+# --- one scope: the scheduler's ticks ----------------------------------------------------
 @dataclass
 class LocalRunner:
-    """Starts `scrapy crawl` subprocesses, one at a time, guarded by the lock file."""
+    """Starts `scrapy crawl feeds` subprocesses, one at a time, guarded by the lock file."""
 
     options: Options
     children: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -112,7 +125,7 @@ class LocalRunner:
                 logger.info(
                     "A feeds crawl is still running (%s is locked%s); not starting another",
                     lock,
-                    _holder(fd),
+                    _last_started(fd),
                 )
                 return Outcome.BUSY
             child = self._start(fd)
@@ -128,16 +141,12 @@ class LocalRunner:
     def _start(self, lock_fd: int) -> subprocess.Popen[bytes]:
         log_dir = self.options.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        log_path = log_dir / f"{SPIDER}-{stamp}.log"
-        env = dict(os.environ)
-        env["VESTI_DB"] = str(self.options.db)
-        # The crawl finds the project from any working directory, not only next to scrapy.cfg.
-        env.setdefault("SCRAPY_SETTINGS_MODULE", "vesti_scrapy.settings")
+        moment = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        log_path = log_dir / f"{SPIDER}-{moment}.log"
         with log_path.open("ab") as log:
             child = subprocess.Popen(
                 crawl_command(self.options),
-                env=env,
+                env=crawl_env(self.options.db),
                 stdin=subprocess.DEVNULL,
                 # A file, not our stdout: whoever reads the scheduler's output (cron, a
                 # test) would otherwise wait for the crawl to end as well.
@@ -179,33 +188,118 @@ class LocalRunner:
         self.children.clear()
 
 
-def _holder(fd: int) -> str:
+def _last_started(fd: int) -> str:
     pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     return f", last started crawl: pid {pid}" if pid.isdigit() else ""
 
 
-def spawn_urls_crawl(
-    db: str | Path, job_id: int | None = None, log_dir: str | Path | None = None
-) -> subprocess.Popen[bytes]:
-    """Start ``scrapy crawl urls`` in the background (its own session, so it outlives the
-    caller), logging to ``<log_dir>/urls-<UTC time>.log`` (default: ``logs/`` next to the
-    database). For the dashboard's "import" button; the crawl takes every runnable job,
-    or only ``job_id``."""
-    db = Path(db).resolve()
-    logs = Path(log_dir) if log_dir else db.parent / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    moment = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    env = {**os.environ, "VESTI_DB": str(db)}
-    env.setdefault("SCRAPY_SETTINGS_MODULE", "vesti_scrapy.settings")
-    command = [sys.executable, "-m", "scrapy", "crawl", "urls"]
-    if job_id is not None:
-        command += ["-a", f"job={job_id}"]
-    with (logs / f"urls-{moment}.log").open("ab") as log:
-        return subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
+# --- every scope: the dashboard's "Run now" --------------------------------------------------
+def source_lock(db: Path, slug: str) -> Path:
+    """The lock of a one-source run; the slug is a registry slug ([a-z0-9_-]+)."""
+    return db.with_name(db.name + ".locks") / f"{slug}.lock"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace")
+
+
+def lock_holder(path: Path) -> RunInProgress | None:
+    """Who holds the crawl lock ``path``; None when nobody does (or it does not exist).
+
+    The probe takes a *shared* lock for an instant, which conflicts with the crawl's
+    exclusive one. (A scheduler tick in that same instant would see the lock as held and
+    skip one tick; nothing worse.)
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            content = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            started = datetime.fromtimestamp(os.fstat(fd).st_mtime, UTC)
+        else:
+            return None  # closing the descriptor drops the shared lock
+    finally:
+        os.close(fd)
+    pid = int(content) if content.isdigit() else None
+    command = _cmdline(pid) if pid else ""
+    if "scrapy" not in command:
+        # cron's `flock -n` holds the lock without writing its pid: the number in the
+        # file is an older crawl's.
+        return RunInProgress("", "a crawl")
+    if "trigger=schedule" in command:
+        what = "a scheduled crawl of the due feeds"
+    elif f"trigger={TRIGGER}" in command:
+        what = "Run now"
+    else:
+        what = "a crawl"
+    return RunInProgress("", what, pid, iso(started))
+
+
+@dataclass
+class LocalLauncher:
+    """`scrapy crawl feeds` subprocesses of any scope, each through its ``LocalRunner``."""
+
+    db: Path
+    settings: tuple[str, ...] = ()
+    runners: dict[str, LocalRunner] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def description(self) -> str:
+        return "local scrapy crawl processes"
+
+    def options(self, scope: str) -> Options:
+        return Options(
+            db=self.db,
+            settings=self.settings,
+            arguments=spider_arguments(scope),
+            lock=None if scope == ALL else source_lock(self.db, scope),
         )
+
+    def _reap(self) -> None:
+        for runner in self.runners.values():
+            runner.reap()
+
+    def running(self) -> dict[str, RunInProgress]:
+        with self.lock:
+            self._reap()
+        found: dict[str, RunInProgress] = {}
+        holder = lock_holder(lock_path(self.db))
+        if holder:
+            found[ALL] = RunInProgress(ALL, holder.what, holder.pid, holder.started_at)
+        locks = source_lock(self.db, "x").parent
+        if locks.is_dir():
+            for path in sorted(locks.glob("*.lock")):
+                holder = lock_holder(path)
+                if holder:
+                    found[path.stem] = RunInProgress(
+                        path.stem, holder.what, holder.pid, holder.started_at
+                    )
+        return found
+
+    def start(self, scope: str) -> StartResult:
+        with self.lock:
+            self._reap()
+            runner = self.runners.setdefault(scope, LocalRunner(self.options(scope)))
+            outcome = runner.tick()
+            pid = runner.children[-1].pid if outcome is Outcome.STARTED else None
+        if outcome is Outcome.STARTED:
+            return StartResult(
+                outcome, f"started (pid {pid}); its log is in {runner.options.log_dir}"
+            )
+        if outcome is Outcome.BUSY:
+            return StartResult(outcome, "a crawl of the same scope is still running")
+        return StartResult(outcome, "the crawl could not be started; see the dashboard's log")
+
+    def close(self) -> None:
+        with self.lock:
+            for runner in self.runners.values():
+                runner.close()

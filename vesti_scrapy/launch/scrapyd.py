@@ -1,20 +1,50 @@
-"""scrapyd: the two calls a launcher needs from its JSON API, and a runner on top."""
+"""scrapyd: the two calls launching needs from its JSON API, and the launchers on top.
+
+``listjobs.json`` decides whether a crawl runs. For the scheduler (``ScrapydRunner``) a
+pending or running ``feeds`` job means no new one. For the dashboard (``ScrapydLauncher``)
+such a job counts as scope ``all`` unless it is known to be one source's: a pending job's
+arguments say so (``source=``), and for a running job (whose arguments scrapyd does not
+list) the launcher remembers the jobs it scheduled. Two requests to one launcher at once
+are serialized; run one dashboard per scrapyd.
+"""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from vesti_scrapy.launch.local import LISTJOBS_TIMEOUT, SCHEDULE_TIMEOUT, SPIDER, Options, Outcome
+from vesti_scrapy.launch.common import (
+    ALL,
+    DEFAULT_PROJECT,
+    SPIDER,
+    Options,
+    Outcome,
+    RunInProgress,
+    StartResult,
+    spider_arguments,
+)
+from vesti_scrapy.timefmt import iso
 
 logger = logging.getLogger("vesti.schedule")
+
+# listjobs.json answers at once; schedule.json runs `scrapy list` on the egg first, which
+# takes a few seconds. Both stay well below one interval, so ticks never pile up.
+LISTJOBS_TIMEOUT = 10.0
+SCHEDULE_TIMEOUT = 30.0
+# listjobs.json is asked at most this often for the pages (a page load, an API call).
+SCRAPYD_CACHE_SECONDS = 2.0
+
 
 class ScrapydError(Exception):
     """scrapyd could not be reached or refused the request."""
@@ -22,7 +52,7 @@ class ScrapydError(Exception):
 
 @dataclass
 class ScrapydClient:
-    """The two calls the scheduler needs from scrapyd's JSON API."""
+    """The two calls launching needs from scrapyd's JSON API."""
 
     url: str
     auth: str | None = None
@@ -111,3 +141,97 @@ class ScrapydRunner:
 
     def close(self) -> None:
         pass
+
+
+@dataclass
+class ScrapydLauncher:
+    """`feeds` jobs of any scope on scrapyd."""
+
+    client: ScrapydClient
+    project: str = DEFAULT_PROJECT
+    settings: tuple[str, ...] = ()
+    # Jobs this launcher scheduled for one source: job id -> slug.
+    scheduled: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _cache: tuple[float, dict[str, RunInProgress]] | None = None
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> ScrapydLauncher:
+        return cls(ScrapydClient.from_url(url), **kwargs)
+
+    @property
+    def description(self) -> str:
+        return f"scrapyd at {self.client.url} (project {self.project})"
+
+    def _scopes(self, job: dict[str, Any]) -> list[str]:
+        args = job.get("args") or {}
+        if args.get("source"):
+            return [slug.strip() for slug in str(args["source"]).split(",") if slug.strip()]
+        if job.get("id") in self.scheduled:
+            return [self.scheduled[job["id"]]]
+        return [ALL]
+
+    def _ask(self) -> dict[str, RunInProgress]:
+        jobs = self.client.list_jobs(self.project)
+        found: dict[str, RunInProgress] = {}
+        live: set[str] = set()
+        for state in ("pending", "running"):
+            for job in jobs.get(state, []):
+                if job.get("spider") != SPIDER:
+                    continue
+                job_id = str(job.get("id", "?"))
+                live.add(job_id)
+                started = job.get("start_time")
+                for scope in self._scopes(job):
+                    found.setdefault(
+                        scope,
+                        RunInProgress(
+                            scope,
+                            f"scrapyd job {job_id} ({state})",
+                            job.get("pid"),
+                            _scrapyd_time(started) if started else None,
+                            job_id,
+                        ),
+                    )
+        # Forget the jobs that ended.
+        for job_id in list(self.scheduled):
+            if job_id not in live:
+                del self.scheduled[job_id]
+        self._cache = (time.monotonic(), found)
+        return found
+
+    def running(self) -> dict[str, RunInProgress]:
+        """Raises ScrapydError when scrapyd cannot be asked."""
+        with self.lock:
+            if self._cache and time.monotonic() - self._cache[0] < SCRAPYD_CACHE_SECONDS:
+                return dict(self._cache[1])
+            return self._ask()
+
+    def start(self, scope: str) -> StartResult:
+        with self.lock:
+            try:
+                if scope in self._ask():
+                    return StartResult(
+                        Outcome.BUSY, "a job of the same scope is still pending or running"
+                    )
+                job_id = self.client.schedule(
+                    self.project, SPIDER, spider_arguments(scope), self.settings
+                )
+            except ScrapydError as exc:
+                return StartResult(
+                    Outcome.FAILED, f"scrapyd at {self.client.url} cannot be used ({exc})"
+                )
+            if scope != ALL:
+                self.scheduled[job_id] = scope
+            self._cache = None
+        return StartResult(Outcome.STARTED, f"queued on scrapyd as job {job_id}")
+
+    def close(self) -> None:
+        pass
+
+
+def _scrapyd_time(value: str) -> str | None:
+    # scrapyd writes local times as "2026-01-01 12:00:00.123456".
+    with contextlib.suppress(ValueError):
+        return iso(datetime.fromisoformat(value))
+    return None

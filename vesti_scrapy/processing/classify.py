@@ -229,7 +229,7 @@ def default_keywords() -> KeywordModel:
         if _default_model is None:
             data = pkgutil.get_data("vesti_scrapy.processing", "keywords.yaml")
             if data is None:
-                raise KeywordError("vesti_scrapy/keywords.yaml is missing from the package")
+                raise KeywordError("keywords.yaml is missing from vesti_scrapy.processing")
             _default_model = KeywordModel.from_yaml(data)
         return _default_model
 

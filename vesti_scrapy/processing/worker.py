@@ -1,27 +1,23 @@
-"""The processing queue's worker pool: `python -m vesti_scrapy worker`.
+"""The processing queue's worker pool (`python -m vesti_scrapy worker`).
 
-``posts`` is the queue. A pool of threads, each with its own SQLite connection, claims one
-post at a time (atomically, see ``Store.claim_post``), classifies it (``classify.py``) and
-stores the result. The main thread renews the leases of the posts in hand; a claim whose
+``posts`` is the queue (:class:`vesti_scrapy.storage.queue.ClassificationQueue`). A pool
+of threads, each with its own connection to the database, claims one post at a time
+(atomically), classifies it (:mod:`vesti_scrapy.processing.classify`) and stores the
+result. The main thread renews the leases of the posts in hand; a claim whose
 lease ran out (its worker was killed) returns to the queue by itself.
 
-* Without ``--loop`` the pool stops when nothing is left to claim (or after ``--limit``
-  claims); with ``--loop`` it waits for new posts, polling every ``--poll`` seconds.
-* Ctrl-C (or SIGTERM) stops claiming, finishes the posts in hand and exits 0: nothing
-  stays claimed. A second Ctrl-C gives the posts in hand back unprocessed and exits 130.
+* Without ``loop`` the pool stops when nothing is left to claim (or after ``limit``
+  claims); with ``loop`` it waits for new posts, looking every ``poll`` seconds.
+* Setting ``stop`` (the ``worker`` command does on Ctrl-C or SIGTERM) stops claiming and
+  finishes the posts in hand: nothing stays claimed. Setting ``abandon`` as well (a
+  second Ctrl-C) gives the posts in hand back unprocessed, no attempt counted.
 * A classification that raises puts its post back with ``attempts + 1``; after
-  ``--max-attempts`` (3) it is failed (-2) with its error.
+  ``max_attempts`` (3) it is failed (-2) with its error.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-import secrets
-import signal
-import socket
-import sys
 import threading
 import time
 from collections import Counter
@@ -31,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from vesti_scrapy.processing.classify import Classification, Classifier
-from vesti_scrapy.storage import QueuedPost, StorageError, Store
+from vesti_scrapy.storage import Storage, StorageError, open_storage
+from vesti_scrapy.storage.queue import new_holder
+from vesti_scrapy.storage.records import QueuedPost
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +42,6 @@ MAX_ATTEMPTS = 3
 MAX_STORAGE_ERRORS = 5
 
 Classify = Callable[[QueuedPost], Classification]
-
-
-def _env_number(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
 
 
 @dataclass
@@ -120,7 +113,7 @@ class Pool:
         self.stop = stop or threading.Event()
         self.abandon = abandon or threading.Event()
         # host:pid:random: unique per run even when a pid is reused after a kill.
-        self.run_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.run_id = new_holder()
         self.stats = RunStats()
         self._lock = threading.Lock()
         self._in_hand: dict[int, str] = {}  # post id -> claimed_by
@@ -152,17 +145,17 @@ class Pool:
     # --- one thread -------------------------------------------------------------------
     def _thread(self, index: int) -> None:
         worker = f"{self.run_id}/{index}"
-        store = None
+        storage = None
         try:
-            store = Store.open(self.db)
+            storage = open_storage(self.db)
             errors = 0
             while not self.stop.is_set() and errors < MAX_STORAGE_ERRORS:
                 if not self._take():
                     break
                 try:
                     post = None
-                    if store.queue_has_work():
-                        post = store.claim_post(worker, self.lease, self.max_attempts)
+                    if storage.queue.has_work():
+                        post = storage.queue.claim(worker, self.lease, self.max_attempts)
                 except StorageError as exc:
                     self._give_back()
                     errors += 1
@@ -184,7 +177,7 @@ class Pool:
                     self._in_hand[post.id] = worker
                     self.stats.claimed += 1
                 try:
-                    if not self._process(store, post, worker):
+                    if not self._process(storage, post, worker):
                         errors += 1
                 finally:
                     with self._lock:
@@ -196,15 +189,15 @@ class Pool:
             with self._lock:
                 self.stats.crashed_threads += 1
         finally:
-            if store is not None:
-                store.close()
+            if storage is not None:
+                storage.close()
 
     def _storage_error(self, exc: StorageError) -> None:
         log.error("%s", exc)
         with self._lock:
             self.stats.storage_errors += 1
 
-    def _process(self, store: Store, post: QueuedPost, worker: str) -> bool:
+    def _process(self, storage: Storage, post: QueuedPost, worker: str) -> bool:
         """Classify and store one claimed post; False on a storage error."""
         try:
             result = self.classify(post)
@@ -214,7 +207,7 @@ class Pool:
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             try:
-                state = store.fail_post(post.id, worker, error, self.max_attempts)
+                state = storage.queue.fail(post.id, worker, error, self.max_attempts)
             except StorageError as storage_exc:
                 self._storage_error(storage_exc)
                 return False
@@ -229,7 +222,7 @@ class Pool:
             log.warning("post %d: attempt %d: %s (%s)", post.id, post.attempts + 1, error, outcome)
             return True
         try:
-            stored = store.finish_post(
+            stored = storage.queue.finish(
                 post.id,
                 worker,
                 direction=result.direction,
@@ -271,7 +264,7 @@ class Pool:
         """Run the pool until it is done (or stopped); renew leases meanwhile."""
         started = time.monotonic()
         # Opened (and migrated) once here before the threads open theirs.
-        main = Store.open(self.db)
+        main = open_storage(self.db)
         threads = [
             threading.Thread(target=self._thread, args=(i,), name=f"worker-{i}", daemon=True)
             for i in range(self.workers)
@@ -294,7 +287,7 @@ class Pool:
                     with self._lock:
                         claims = list(self._in_hand.items())
                     try:
-                        main.renew_leases(claims, self.lease)
+                        main.queue.renew(claims, self.lease)
                     except StorageError as exc:
                         self._storage_error(exc)
         finally:
@@ -303,7 +296,7 @@ class Pool:
             self.stats.seconds = time.monotonic() - started
         return self.stats
 
-    def _release(self, store: Store) -> None:
+    def _release(self, storage: Storage) -> None:
         """Give the posts in hand back to the queue, uncounted (the run is abandoned)."""
         self.stop.set()
         self.stats.abandoned = True
@@ -311,7 +304,7 @@ class Pool:
             claims = list(self._in_hand.items())
             self._in_hand.clear()
         try:
-            self.stats.released = store.release_posts(claims)
+            self.stats.released = storage.queue.release(claims)
         except StorageError as exc:
             self._storage_error(exc)
 
@@ -319,149 +312,3 @@ class Pool:
 def run(db: str | Path, **options: Any) -> RunStats:
     """Run the worker pool over ``db`` (see :class:`Pool` for the options)."""
     return Pool(db, **options).run()
-
-
-# --- command line -----------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", help="database file (default: $VESTI_DB or data/vesti.db)")
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=int(_env_number("VESTI_WORKERS", DEFAULT_WORKERS)),
-        help=f"threads, each with its own connection (default: $VESTI_WORKERS or "
-        f"{DEFAULT_WORKERS})",
-    )
-    parser.add_argument(
-        "--limit", type=int, help="claim at most this many posts, then exit (default: all)"
-    )
-    parser.add_argument(
-        "--loop", action="store_true", help="keep waiting for new posts (run as a service)"
-    )
-    parser.add_argument(
-        "--lease",
-        type=float,
-        default=_env_number("VESTI_LEASE_SECONDS", DEFAULT_LEASE),
-        metavar="SECONDS",
-        help="a claim not renewed for this long returns to the queue (default: "
-        f"$VESTI_LEASE_SECONDS or {DEFAULT_LEASE:.0f}); renewed every third of it",
-    )
-    parser.add_argument(
-        "--poll",
-        type=float,
-        default=DEFAULT_POLL,
-        metavar="SECONDS",
-        help=f"with --loop: how often an empty queue is looked at (default: {DEFAULT_POLL})",
-    )
-    parser.add_argument(
-        "--max-attempts",
-        type=int,
-        default=MAX_ATTEMPTS,
-        help=f"a post fails for good after this many attempts (default: {MAX_ATTEMPTS})",
-    )
-    parser.add_argument("--ollama-url", help="Ollama for unsure posts (default: $OLLAMA_URL)")
-    parser.add_argument("--ollama-model", help="model name (default: $OLLAMA_MODEL)")
-    parser.add_argument(
-        "--ollama-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="per request (default: $OLLAMA_TIMEOUT or 20)",
-    )
-    parser.add_argument("--no-llm", action="store_true", help="keywords only, even with Ollama")
-    parser.add_argument(
-        "--retry-failed", action="store_true", help="put failed posts back in the queue first"
-    )
-    parser.add_argument("--status", action="store_true", help="print the queue's counts and exit")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log every post")
-
-
-def _print_counts(store: Store) -> None:
-    counts = store.queue_counts()
-    print("queue: " + ", ".join(f"{n} {state}" for state, n in counts.items()), flush=True)
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    from vesti_scrapy import settings
-
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
-    db = args.db or settings.VESTI_DB
-    if args.workers < 1 or args.lease <= 0 or args.poll <= 0 or args.max_attempts < 1:
-        print(
-            "error: --workers, --lease, --poll and --max-attempts must be positive",
-            file=sys.stderr,
-        )
-        return 2
-    store = Store.open(db)
-    try:
-        if args.retry_failed:
-            print(f"{store.retry_failed()} failed post(s) back in the queue", flush=True)
-        if args.status:
-            _print_counts(store)
-            return 0
-    finally:
-        store.close()
-
-    classifier = Classifier.from_env(
-        args.ollama_url, args.ollama_model, args.ollama_timeout, use_llm=not args.no_llm
-    )
-    pool = Pool(
-        db,
-        workers=args.workers,
-        limit=args.limit,
-        loop=args.loop,
-        lease=args.lease,
-        poll=args.poll,
-        max_attempts=args.max_attempts,
-        classify=classifier.classify,
-    )
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if pool.stop.is_set():
-            pool.abandon.set()
-            return
-        pool.stop.set()
-        print(
-            f"stopping: finishing {pool.in_hand()} post(s) in hand (Ctrl-C again to give them back "
-            "unprocessed)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        if classifier.llm is not None:
-            log.info("unsure posts go to %s (%s)", classifier.llm.url, classifier.llm.model)
-        stats = pool.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    print(stats.summary(), flush=True)
-    if classifier.llm is not None:
-        s = classifier.llm.stats
-        print(
-            f"ollama: {s.asked} asked, {s.answered} answered, {s.rejected} rejected, "
-            f"{s.unavailable} unavailable, {s.skipped} skipped",
-            flush=True,
-        )
-    store = Store.open(db)
-    try:
-        _print_counts(store)
-    finally:
-        store.close()
-    if stats.abandoned:
-        return 130
-    return 0 if stats.ok else 1
-
-
-def add_subcommand(commands: Any) -> None:
-    """Register `worker` on the CLI's subcommands (``argparse`` subparsers)."""
-    parser = commands.add_parser(
-        "worker", help="classify queued posts with a pool of threads (the processing queue)"
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=cmd_worker)

@@ -20,11 +20,19 @@ class Maintenance:
         """The full integrity and foreign-key check, schema version and row counts."""
         integrity = self.db.integrity_check()
         foreign_keys = self.db.foreign_key_problems()
-        counts = {
-            table: int(self.db.scalar(f'SELECT count(*) FROM "{table}"'))
-            for table in self.db.tables()
-        }
+        counts = {}
+        for table in self.db.tables():
+            try:
+                counts[table] = int(self.db.scalar(f'SELECT count(*) FROM "{table}"'))
+            except StorageError:
+                counts[table] = -1  # unreadable: the integrity check says why
         return CheckReport(self.db.path, self.db.schema_version, integrity, foreign_keys, counts)
+
+    def move_aside(self, report: CheckReport) -> StorageError:
+        """Close the damaged database and move it aside; the error says where it went and
+        how to restore or salvage it."""
+        problems = report.integrity + report.foreign_key_problems
+        return self.db.quarantine("integrity check failed: " + "; ".join(problems[:5]))
 
     def backup(self, destination: str | Path) -> int:
         """A consistent online copy at ``destination`` (a new file); returns its size."""
@@ -39,6 +47,15 @@ class Maintenance:
         finally:
             partial.unlink(missing_ok=True)
         return destination.stat().st_size
+
+    def brief(self) -> list[tuple[str, str, str]]:
+        """Every post's content type, title and canonical URL, in the order stored."""
+        return [
+            (row[0], row[1], row[2])
+            for row in self.db.all(
+                "SELECT content_type, title, canonical_url FROM posts ORDER BY id"
+            )
+        ]
 
     def stats(self, days: int = 14) -> DatabaseStats:
         by_source = self.db.all(

@@ -269,21 +269,33 @@ class SQLiteDatabase:
             raise self.quarantine("integrity check failed: " + "; ".join(problems))
 
     def quick_check(self) -> list[str]:
-        return [row[0] for row in self.conn.execute("PRAGMA quick_check(5)")]
+        return self._check("PRAGMA quick_check(5)")
 
     def integrity_check(self) -> list[str]:
-        return [row[0] for row in self.conn.execute("PRAGMA integrity_check")]
+        return self._check("PRAGMA integrity_check")
+
+    def _check(self, pragma: str) -> list[str]:
+        """The check's findings; damage so bad that the check itself fails is one."""
+        try:
+            return [row[0] for row in self.conn.execute(pragma)]
+        except sqlite3.DatabaseError as exc:
+            if not is_corruption(exc):
+                raise self._error(exc) from exc
+            return [str(exc)]
 
     def foreign_key_problems(self) -> list[str]:
-        return [
-            f"{row[0]} row {row[1]} refers to a missing {row[2]} row"
-            for row in self.conn.execute("PRAGMA foreign_key_check")
-        ]
+        try:
+            rows = self.conn.execute("PRAGMA foreign_key_check").fetchall()
+        except sqlite3.DatabaseError as exc:
+            if not is_corruption(exc):
+                raise self._error(exc) from exc
+            return [f"foreign keys cannot be checked: {exc}"]
+        return [f"{row[0]} row {row[1]} refers to a missing {row[2]} row" for row in rows]
 
     def tables(self) -> list[str]:
         return [
             row[0]
-            for row in self.conn.execute(
+            for row in self.all(
                 "SELECT name FROM sqlite_master WHERE type = 'table' "
                 "AND name NOT LIKE 'sqlite_%' ORDER BY name"
             )

@@ -1,0 +1,99 @@
+"""What local and scrapyd launching share: the spider, the scopes, options and outcomes.
+
+A crawl's scope is ``all`` (every enabled source) or one source's slug. The scheduler
+starts ``all`` crawls of the due feeds (``-a due=1 -a trigger=schedule``); the dashboard's
+"Run now" starts either scope (``-a trigger=dashboard``, plus ``-a source=SLUG``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+SPIDER = "feeds"
+# What every scheduled crawl is: only due feeds, and recorded as started by the scheduler.
+SCHEDULED = {"due": "1", "trigger": "schedule"}
+ALL = "all"
+TRIGGER = "dashboard"
+DEFAULT_INTERVAL = 60.0
+DEFAULT_PROJECT = "vesti_scrapy"
+DEFAULT_KEEP_LOGS = 100
+
+
+class Outcome(enum.Enum):
+    STARTED = "started"
+    BUSY = "busy"  # the previous crawl of the same scope is still pending or running
+    FAILED = "failed"  # nothing started; the next tick tries again
+
+
+@dataclass(frozen=True)
+class Options:
+    db: Path
+    scrapyd: str | None = None
+    project: str = DEFAULT_PROJECT
+    interval: float = DEFAULT_INTERVAL
+    # NAME=VALUE Scrapy settings for every crawl (`-s` locally, `setting=` for scrapyd).
+    settings: tuple[str, ...] = ()
+    keep_logs: int = DEFAULT_KEEP_LOGS
+    # Spider arguments of every crawl; the dashboard's "Run now" passes its own.
+    arguments: dict[str, str] = field(default_factory=lambda: dict(SCHEDULED))
+    # The guard's lock file; None: the scheduler's, next to the database.
+    lock: Path | None = None
+
+    @property
+    def lock_path(self) -> Path:
+        return self.lock or lock_path(self.db)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.db.parent / "logs"
+
+
+def lock_path(db: Path) -> Path:
+    """The scheduler's lock (scope ``all``), next to the database it crawls into."""
+    return db.with_name(db.name + ".schedule.lock")
+
+
+def spider_arguments(scope: str) -> dict[str, str]:
+    """The spider arguments of a "Run now" crawl of ``scope``."""
+    if scope == ALL:
+        return {"trigger": TRIGGER}
+    return {"source": scope, "trigger": TRIGGER}
+
+
+class Runner(Protocol):
+    """Starts crawls of one scope, one at a time: what a scheduler tick calls."""
+
+    def tick(self) -> Outcome: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunInProgress:
+    scope: str
+    what: str  # who started it, for people: "Run now", "a scheduled crawl", "job 3f2a…"
+    pid: int | None = None
+    started_at: str | None = None  # ISO UTC
+    job: str | None = None
+
+
+@dataclass(frozen=True)
+class StartResult:
+    outcome: Outcome
+    message: str
+
+
+class Launcher(Protocol):
+    """Starts crawls of any scope and tells which are running: what the dashboard calls."""
+
+    @property
+    def description(self) -> str: ...
+
+    def running(self) -> dict[str, RunInProgress]: ...
+
+    def start(self, scope: str) -> StartResult: ...
+
+    def close(self) -> None: ...
