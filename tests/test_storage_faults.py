@@ -3,6 +3,8 @@ databases, and the `db` commands."""
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -10,9 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REPO, Project, source_entry
+from conftest import FIXTURES, REPO, Project, require, source_entry
 
 from vesti_scrapy import storage
+from vesti_scrapy.registry import parse_sources
+from vesti_scrapy.storage import StorageError, open_storage
+from vesti_scrapy.storage.records import NewPost
 
 LEGACY_SOURCES_DDL = """
 CREATE TABLE sources (
@@ -49,7 +54,10 @@ def run_cli(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
 def test_two_processes_migrate_an_old_file_exactly_once(tmp_path):
     db = tmp_path / "old.db"
     legacy_database(db)
-    opener = "import sys; from vesti_scrapy.storage import connect; connect(sys.argv[1]).close()"
+    opener = (
+        "import sys; from vesti_scrapy.storage import open_storage; "
+        "open_storage(sys.argv[1]).close()"
+    )
     processes = [
         subprocess.Popen([sys.executable, "-c", opener, str(db)], cwd=REPO, stderr=subprocess.PIPE)
         for _ in range(4)
@@ -57,7 +65,7 @@ def test_two_processes_migrate_an_old_file_exactly_once(tmp_path):
     for process in processes:
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 0, stderr.decode()
-    conn = storage.connect(db)
+    conn = sqlite3.connect(db)
     versions = [row[0] for row in conn.execute("SELECT version FROM schema_migrations")]
     assert versions == list(range(1, storage.SCHEMA_VERSION + 1))
     assert [tuple(r) for r in conn.execute("SELECT slug, channel, status FROM sources")] == [
@@ -102,49 +110,126 @@ def corrupt_a_page(db: Path) -> None:
         f.write(b"\xff" * page_size)
 
 
+def damaged_database(db: Path, registry: str | None = None) -> None:
+    """A database of 200 posts whose posts table has a page overwritten."""
+    with open_storage(db) as opened:
+        opened.sources.sync(
+            parse_sources(
+                registry
+                or "- slug: a\n  name: A\n  feed_url: https://e.org/rss\n  direction: linux\n"
+            )
+        )
+        slug = opened.sources.all()[0].slug
+        opened.posts.insert(
+            [
+                NewPost(
+                    source=slug,
+                    url=f"https://e.org/{n}",
+                    canonical_url=f"https://e.org/{n}",
+                    title="t",
+                    text="x" * 300 + str(n),
+                    sha256=str(n),
+                    substantive=True,
+                    fetched_at="2026-11-30T00:00:00Z",
+                    lang="en",
+                    direction="linux",
+                )
+                for n in range(200)
+            ],
+            opened.sources.ids(),
+        )
+    corrupt_a_page(db)
+
+
 def test_a_damaged_database_fails_its_check_and_is_moved_aside(tmp_path):
     db = tmp_path / "vesti.db"
-    store = storage.Store.open(db)
-    store.conn.execute(
-        "INSERT INTO sources (slug, name, crawler, direction) VALUES ('a', 'A', 'rss', 'linux')"
-    )
-    store.write(
-        [
-            {
-                "source": "a", "source_id": 1, "url": f"https://e.org/{n}",
-                "canonical_url": f"https://e.org/{n}", "title": "t", "text": "x" * 300 + str(n),
-                "sha256": str(n), "substantive": 1, "author": None, "published_at": None,
-                "fetched_at": "2026-11-30T00:00:00Z", "lang": "en", "direction": "linux",
-                "content_type": "text",
-            }
-            for n in range(200)
-        ],
-        [],
-    )  # fmt: skip
-    store.close()
-    corrupt_a_page(db)
-    storage._checked.clear()  # a new process would check again
+    damaged_database(db)
 
-    with pytest.raises(storage.StorageError) as error:
-        storage.connect(db)
+    # An ordinary open no longer reads the whole file to check it.
+    open_storage(db).close()
+    assert db.exists()
+
+    with pytest.raises(StorageError) as error:
+        open_storage(db, check=True)
     assert "is corrupt" in str(error.value) and ".recover" in str(error.value)
     assert not db.exists()
     assert len(list(tmp_path.glob("vesti.db.corrupt-*Z"))) == 1
     # Next open: a fresh, empty, working database.
-    assert storage.connect(db).execute("SELECT count(*) FROM posts").fetchone()[0] == 0
+    with open_storage(db) as fresh:
+        assert fresh.posts.count() == 0
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (and was reaped)."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_a_crawl_after_an_unclean_shutdown_checks_and_moves_a_damaged_file_aside(site, project):
+    site_, server = site
+    site_.load_dir(FIXTURES / "site")
+    project.write_sources([source_entry("linux", server.url("/linux.rss"))])
+    project.db.parent.mkdir(parents=True)
+    damaged_database(project.db)
+    # The crawl before was killed: its row in `crawls` has no end, and its process is gone.
+    conn = sqlite3.connect(project.db)
+    with conn:
+        conn.execute(
+            "INSERT INTO crawls (spider, host, pid, started_at) VALUES ('feeds', ?, ?, ?)",
+            (socket.gethostname(), dead_pid(), "2026-11-30T00:00:00Z"),
+        )
+    conn.close()
+
+    result = project.crawl(check=False)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert f"error: {project.db} is corrupt (integrity check failed" in result.stderr
+    [moved] = project.db.parent.glob("vesti.db.corrupt-*Z")
+    assert f"It was moved to {moved}" in result.stderr
+    assert site_.log == []  # stopped before any request
+
+    # The next start creates a fresh database and crawls normally.
+    project.crawl()
+    assert project.query("SELECT count(*) FROM posts") == [(3,)]
+    assert project.query("SELECT finish_reason FROM crawls") == [("finished",)]
+
+
+def test_a_clean_shutdown_is_recorded_and_a_killed_crawl_is_closed_by_the_next(site, project):
+    site_, server = site
+    site_.load_dir(FIXTURES / "site")
+    project.write_sources([source_entry("linux", server.url("/linux.rss"))])
+    project.crawl()
+    [(spider, host, pid, finished, reason)] = project.query(
+        "SELECT spider, host, pid, finished_at, finish_reason FROM crawls"
+    )
+    assert (spider, host, reason) == ("feeds", socket.gethostname(), "finished")
+    assert finished is not None and pid != os.getpid()
+
+    killed = dead_pid()
+    conn = sqlite3.connect(project.db)
+    with conn:
+        conn.execute(
+            "INSERT INTO crawls (spider, host, pid, started_at) VALUES ('feeds', ?, ?, ?)",
+            (socket.gethostname(), killed, "2026-11-30T00:00:00Z"),
+        )
+    conn.close()
+    project.crawl()  # intact: the check passes and the crawl goes on
+    assert project.query("SELECT finish_reason FROM crawls WHERE pid = ?", killed) == [("killed",)]
+    assert project.query("SELECT count(*) FROM crawls WHERE finished_at IS NULL") == [(0,)]
 
 
 def test_a_locked_database_is_an_error_not_corruption(tmp_path, monkeypatch):
     db = tmp_path / "vesti.db"
-    storage.connect(db).close()
+    open_storage(db).close()
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
-    monkeypatch.setattr(storage, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(storage.sqlite, "BUSY_TIMEOUT_MS", 200)
     try:
-        store = storage.Store.open(db)
-        with pytest.raises(storage.StorageError, match="database is locked"):
-            store.sync_sources([])
-        store.close()
+        opened = open_storage(db)
+        with pytest.raises(StorageError, match="database is locked"):
+            opened.sources.sync([])
+        opened.close()
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -161,8 +246,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         capture_output=True,
         text=True,
     )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    require(mounted.returncode == 0, f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
         yield mount_point
     finally:
@@ -262,3 +346,32 @@ def test_db_commands(site, project, tmp_path):
     refused = run_cli("check", db=newer)
     assert refused.returncode == 1
     assert "newer than this vesti_scrapy knows" in refused.stderr
+
+    # Damage the integrity check finds (cell pointers of an index page zeroed): reported,
+    # status 1, and how to restore. --db may follow the subcommand, too.
+    conn = sqlite3.connect(project.db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    root = conn.execute(
+        "SELECT rootpage FROM sqlite_master WHERE name = 'posts_pending'"
+    ).fetchone()[0]
+    conn.close()
+    with project.db.open("r+b") as f:
+        f.seek((root - 1) * page_size + 8)  # after the leaf page's header
+        f.write(b"\0" * 16)
+    damaged = subprocess.run(
+        [sys.executable, "-m", "vesti_scrapy", "db", "check", "--db", str(project.db)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert damaged.returncode == 1
+    assert "missing from index posts_pending" in damaged.stdout
+    assert f"error: {project.db} is corrupt (integrity check failed:" in damaged.stderr
+    assert "It was moved to" in damaged.stderr
+    assert "copy your latest backup" in damaged.stderr and ".recover" in damaged.stderr
+    assert "Traceback" not in damaged.stderr
+    # Moved aside: the next start creates a fresh database.
+    assert not project.db.exists()
+    assert len(list(project.db.parent.glob("vesti.db.corrupt-*Z"))) == 1
