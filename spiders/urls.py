@@ -63,6 +63,9 @@ class UrlsSpider(scrapy.Spider):
         "DELTAFETCH_ENABLED": False,
         # Every item's state committed at once, so that its progress shows while it runs.
         "VESTI_WRITE_BATCH": 1,
+    }
+    # Added to the project's components (a dict in custom_settings would replace them).
+    components = {
         "DOWNLOADER_MIDDLEWARES": {
             "vesti_scrapy.ssrf.ImportAddressGuard": 50,
             # After the host's place is held: a paused job's item is given back here.
@@ -83,6 +86,8 @@ class UrlsSpider(scrapy.Spider):
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
         super().update_settings(settings)
+        for name, added in cls.components.items():
+            settings.set(name, {**settings.getdict(name), **added}, priority="spider")
         for name, value in (
             (
                 "CONCURRENT_REQUESTS_PER_DOMAIN",

@@ -22,15 +22,19 @@ from conftest import FIXTURES, REPO, Project, source_entry
 from fake_scrapyd import FakeScrapyd
 from fastapi.testclient import TestClient
 
-from vesti_scrapy import scheduler, storage
+from vesti_scrapy import launch, polling
 from vesti_scrapy.items import FeedResult
+from vesti_scrapy.launch import scrapyd as scrapyd_launch
 from vesti_scrapy.registry import parse_sources
-from vesti_scrapy.storage import Store
+from vesti_scrapy.storage import SCHEMA_VERSION, Storage, open_storage
+from vesti_scrapy.storage import sqlite as sqlite_storage
+from vesti_scrapy.storage.migrations.sqlite import MIGRATIONS, v004_posts_search
+from vesti_scrapy.storage.posts import fts_query
+from vesti_scrapy.storage.records import NewPost, RunRecord
 from vesti_scrapy.text import text_sha256
-from vesti_scrapy.web import launcher as launching
+from vesti_scrapy.timefmt import iso
 from vesti_scrapy.web.app import WebConfig, create_app
-from vesti_scrapy.web.queries import fts_query
-from vesti_scrapy.web.security import BindingError, check_binding
+from vesti_scrapy.web.auth import BindingError, check_binding
 
 XSS = "<script>alert(1)</script>"
 TOKEN = "correct-horse-battery-staple"
@@ -52,46 +56,92 @@ REGISTRY = """
 """
 
 
-def iso(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+# The default of VESTI_DEAD_AFTER_ERRORS.
+DEAD_AFTER = 5
 
 
-def post_row(store: Store, slug: str, url: str, title: str, text: str, **fields: Any) -> dict:
-    row = {
+def post_row(slug: str, url: str, title: str, text: str, **fields: Any) -> NewPost:
+    row: dict[str, Any] = {
         "source": slug,
-        "source_id": store.source_ids()[slug],
         "url": url,
         "canonical_url": url,
         "title": title,
         "text": text,
         "sha256": text_sha256(title + text),
-        "substantive": 0,
-        "author": None,
-        "published_at": None,
+        "substantive": False,
         "fetched_at": iso(datetime.now(UTC)),
         "lang": "en",
         "direction": "linux",
-        "content_type": "text",
     }
     row.update(fields)
-    return row
+    return NewPost(**row)
+
+
+def write(storage: Storage, posts: list[NewPost], results: list[FeedResult]) -> None:
+    """Posts and their feeds' results in one transaction, as a crawl's store pipeline
+    writes them: a result's ``new`` counts its feed's posts inserted, and polling policy
+    decides each feed's state."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    priorities = {row.slug: row.priority for row in storage.sources.all()}
+    with storage.transaction():
+        ids = storage.posts.insert(posts, storage.sources.ids())
+        states = storage.sources.states(result.source for result in results)
+        runs = []
+        for result in results:
+            result.new += sum(
+                1
+                for post, post_id in zip(posts, ids, strict=True)
+                if post_id and post.source == result.source
+            )
+            states[result.source] = polling.apply_result(
+                states[result.source],
+                result,
+                interval=polling.interval_seconds(priorities[result.source]),
+                dead_after=DEAD_AFTER,
+                now=now,
+            )
+            runs.append(
+                RunRecord(
+                    source=result.source,
+                    trigger=result.trigger,
+                    started_at=result.started_at,
+                    finished_at=iso(now),
+                    status=result.status,
+                    fetched=result.fetched,
+                    new=result.new,
+                    error=result.error,
+                    url=result.url or None,
+                    counted=result.counted,
+                )
+            )
+        storage.sources.save_states(states)
+        storage.sources.add_runs(runs)
+
+
+def execute(db: Path, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        for sql, params in statements:
+            conn.execute(sql, params)
+    finally:
+        conn.close()
 
 
 def seed_database(db: Path) -> None:
     """Five sources (one dead after five errors, one telegram), posts in every queue
     state, a post titled with a script tag, a post with a `javascript:` link, runs."""
     now = datetime.now(UTC).replace(microsecond=0)
-    store = Store.open(db)
+    store = open_storage(db)
     try:
-        store.sync_sources(parse_sources(REGISTRY))
+        store.sources.sync(parse_sources(REGISTRY))
         started = iso(now - timedelta(minutes=20))
         ok = FeedResult(
             "lwn", "ok", started, url="https://lwn.net/headlines/rss", fetched=3, etag='"v1"'
         )
-        store.write(
+        write(
+            store,
             [
                 post_row(
-                    store,
                     "lwn",
                     "https://lwn.net/Articles/1/",
                     "Linux 6.19 released with a new scheduler",
@@ -100,7 +150,6 @@ def seed_database(db: Path) -> None:
                     published_at=iso(now - timedelta(hours=2)),
                 ),
                 post_row(
-                    store,
                     "lwn",
                     "https://lwn.net/Articles/2/",
                     XSS,
@@ -108,7 +157,6 @@ def seed_database(db: Path) -> None:
                     published_at=iso(now - timedelta(hours=1)),
                 ),
                 post_row(
-                    store,
                     "lwn",
                     "javascript:alert(3)",
                     "A post whose link is not http",
@@ -118,10 +166,10 @@ def seed_database(db: Path) -> None:
             ],
             [ok],
         )
-        store.write(
+        write(
+            store,
             [
                 post_row(
-                    store,
                     "opennet",
                     "https://www.opennet.ru/opennews/art.shtml?num=1",
                     "Новая ёлка для ядра",
@@ -132,10 +180,10 @@ def seed_database(db: Path) -> None:
             ],
             [FeedResult("opennet", "ok", started, fetched=1)],
         )
-        store.write(
+        write(
+            store,
             [
                 post_row(
-                    store,
                     "verge",
                     f"https://www.theverge.com/{n}",
                     f"Gadget review number {n}",
@@ -148,7 +196,8 @@ def seed_database(db: Path) -> None:
             [FeedResult("verge", "ok", started, fetched=5)],
         )
         for _ in range(5):
-            store.write(
+            write(
+                store,
                 [],
                 [
                     FeedResult(
@@ -161,26 +210,29 @@ def seed_database(db: Path) -> None:
                     )
                 ],
             )
-        # Queue states: lwn's first post done today (relevant), one processing, one failed.
-        conn = store.conn
-        conn.execute(
+    finally:
+        store.close()
+    # Queue states: lwn's first post done today (relevant), one processing, one failed.
+    execute(
+        db,
+        (
             "UPDATE posts SET classified = 1, classified_direction = 'linux', relevance = 0.9, "
             "interest = 0.5, summary = 'Linux 6.19 is out.', classifier = 'keywords', "
             "classified_at = ? WHERE canonical_url = 'https://lwn.net/Articles/1/'",
             (iso(now),),
-        )
-        conn.execute(
+        ),
+        (
             "UPDATE posts SET classified = -1, claimed_by = 'test', lease_until = ? "
             "WHERE canonical_url = 'https://www.theverge.com/1'",
             (iso(now + timedelta(minutes=5)),),
-        )
-        conn.execute(
+        ),
+        (
             "UPDATE posts SET classified = -2, last_error = 'boom' "
-            "WHERE canonical_url = 'https://www.theverge.com/2'"
-        )
-        conn.execute("UPDATE rss_state SET etag = '\"keep-me\"' WHERE slug = 'deadfeed'")
-    finally:
-        store.close()
+            "WHERE canonical_url = 'https://www.theverge.com/2'",
+            (),
+        ),
+        ("UPDATE rss_state SET etag = '\"keep-me\"' WHERE slug = 'deadfeed'", ()),
+    )
 
 
 def csrf_of(html: str) -> str:
@@ -343,7 +395,7 @@ def test_fts_query_quotes_every_word():
 
 
 def test_search_index_follows_inserts_updates_and_deletes(db):
-    conn = storage.connect(db)
+    conn = sqlite3.connect(db, isolation_level=None)
     try:
 
         def found(word: str) -> list[int]:
@@ -374,20 +426,27 @@ def test_search_index_follows_inserts_updates_and_deletes(db):
 
 def test_the_migration_indexes_posts_stored_before_it(tmp_path, monkeypatch):
     db = tmp_path / "old.db"
-    before = storage.MIGRATIONS.index(storage._migrate_posts_search)
-    monkeypatch.setattr(storage, "MIGRATIONS", storage.MIGRATIONS[:before])
-    monkeypatch.setattr(storage, "SCHEMA_VERSION", before)
-    old = storage.connect(db)
-    old.execute(
-        "INSERT INTO sources (slug, name, crawler, direction) VALUES ('a', 'A', 'rss', 'linux')"
+    before = MIGRATIONS.index(v004_posts_search.up)
+    monkeypatch.setattr(sqlite_storage, "MIGRATIONS", MIGRATIONS[:before])
+    monkeypatch.setattr(sqlite_storage, "SCHEMA_VERSION", before)
+    open_storage(db).close()
+    execute(
+        db,
+        (
+            "INSERT INTO sources (slug, name, crawler, direction) "
+            "VALUES ('a', 'A', 'rss', 'linux')",
+            (),
+        ),
+        (
+            "INSERT INTO posts (source_id, url, canonical_url, title, text, sha256, fetched_at) "
+            "VALUES (1, 'u', 'u', 'Old ёжик', 'stored before the index', 'h', "
+            "'2025-01-01T00:00:00Z')",
+            (),
+        ),
     )
-    old.execute(
-        "INSERT INTO posts (source_id, url, canonical_url, title, text, sha256, fetched_at) "
-        "VALUES (1, 'u', 'u', 'Old ёжик', 'stored before the index', 'h', '2025-01-01T00:00:00Z')"
-    )
-    old.close()
     monkeypatch.undo()
-    conn = storage.connect(db)
+    open_storage(db).close()
+    conn = sqlite3.connect(db)
     try:
         rows = conn.execute(
             "SELECT rowid FROM posts_fts WHERE posts_fts MATCH ?", (fts_query("ежик"),)
@@ -397,24 +456,20 @@ def test_the_migration_indexes_posts_stored_before_it(tmp_path, monkeypatch):
         conn.close()
 
 
-def test_posts_page_through_with_newer_and_older(client):
-    from vesti_scrapy.web import app as web_app
+def test_posts_page_through_with_newer_and_older(client, monkeypatch):
+    from vesti_scrapy.web.routes import posts
 
     first = client.get("/?direction=tech")
     assert 'rel="next"' not in first.text
-    original = web_app.POSTS_PER_PAGE
-    web_app.POSTS_PER_PAGE = 2
-    try:
-        with TestClient(create_app(client.app.state.config)) as small:
-            page1 = small.get("/?direction=tech").text
-            assert page1.count('class="post"') == 2
-            assert 'href="/?direction=tech&amp;page=2" rel="next"' in page1
-            page3 = small.get("/?direction=tech&page=3").text
-            assert page3.count('class="post"') == 1
-            assert 'rel="next"' not in page3
-            assert 'href="/?direction=tech&amp;page=2" rel="prev"' in page3
-    finally:
-        web_app.POSTS_PER_PAGE = original
+    monkeypatch.setattr(posts, "POSTS_PER_PAGE", 2)
+    with TestClient(create_app(client.app.state.config)) as small:
+        page1 = small.get("/?direction=tech").text
+        assert page1.count('class="post"') == 2
+        assert 'href="/?direction=tech&amp;page=2" rel="next"' in page1
+        page3 = small.get("/?direction=tech&page=3").text
+        assert page3.count('class="post"') == 1
+        assert 'rel="next"' not in page3
+        assert 'href="/?direction=tech&amp;page=2" rel="prev"' in page3
 
 
 # --- /runs ------------------------------------------------------------------------------------
@@ -562,7 +617,7 @@ def test_importing_needs_the_csrf_token(client, db, spawned):
 
 def finish(db: Path, job_id: int, states: dict[int, str]) -> None:
     """Items by idx to a final state, as a crawl would (the triggers keep the counters)."""
-    conn = storage.connect(db)
+    conn = sqlite3.connect(db, isolation_level=None)
     try:
         for idx, state in states.items():
             error = "HTTP 404 Not Found <b>x</b>" if state == "error" else None
@@ -711,7 +766,7 @@ def test_a_storage_error_is_a_readable_503(tmp_path):
     db = tmp_path / "vesti.db"
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE t (x)")
-    conn.execute(f"PRAGMA user_version = {storage.SCHEMA_VERSION + 5}")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
     conn.close()
     with TestClient(create_app(WebConfig(db=db))) as client:
         for path in ("/", "/crawlers", "/runs", "/imports", "/imports/1"):
@@ -836,7 +891,7 @@ def test_login_needs_the_csrf_token_too(db):
 
 # --- Run now: local crawls ------------------------------------------------------------------
 def lock_held(path: Path) -> bool:
-    return launching.lock_holder(path) is not None
+    return launch.lock_holder(path) is not None
 
 
 def wait_for_unlock(path: Path, timeout: float = 90.0) -> None:
@@ -848,7 +903,7 @@ def wait_for_unlock(path: Path, timeout: float = 90.0) -> None:
 
 
 def kill_holder(path: Path) -> None:
-    holder = launching.lock_holder(path)
+    holder = launch.lock_holder(path)
     if holder and holder.pid:
         os.killpg(holder.pid, signal.SIGKILL)
         wait_for_unlock(path, timeout=10)
@@ -871,12 +926,11 @@ def crawlable(site: Any, project: Project, monkeypatch) -> Iterator[Project]:
     monkeypatch.delenv("DELTAFETCH_DIR", raising=False)
     monkeypatch.chdir(REPO)
     # The registry is in the database before the first crawl, as after any crawl.
-    store = Store.open(project.db)
-    store.sync_sources(parse_sources(project.sources.read_text()))
-    store.close()
+    with open_storage(project.db) as store:
+        store.sources.sync(parse_sources(project.sources.read_text()))
     yield project
-    kill_holder(scheduler.lock_path(project.db))
-    for lock in launching.source_lock(project.db, "x").parent.glob("*.lock"):
+    kill_holder(launch.lock_path(project.db))
+    for lock in launch.source_lock(project.db, "x").parent.glob("*.lock"):
         kill_holder(lock)
 
 
@@ -890,9 +944,9 @@ def test_run_now_starts_one_crawl_and_never_a_second_of_the_same_scope(crawlable
         assert "Crawl in progress" in started.text
         assert '<meta http-equiv="refresh" content="10">' in started.text
         assert '<button type="submit" disabled>Running…</button>' in started.text
-        lock = scheduler.lock_path(project.db)
+        lock = launch.lock_path(project.db)
         assert lock_held(lock)
-        pid = launching.lock_holder(lock).pid
+        pid = launch.lock_holder(lock).pid
 
         again = client.post("/crawlers/run", data={"csrf": token})
         assert "Not started: a crawl of every enabled source is already running" in again.text
@@ -909,7 +963,7 @@ def test_run_now_starts_one_crawl_and_never_a_second_of_the_same_scope(crawlable
         assert "There is no enabled RSS source “../etc” to run" in unknown.text
 
         wait_for_unlock(lock)
-        wait_for_unlock(launching.source_lock(project.db, "linux"))
+        wait_for_unlock(launch.source_lock(project.db, "linux"))
         assert "Crawl in progress" not in client.get("/crawlers").text
         runs = project.query("SELECT name, trigger, status FROM runs ORDER BY name")
         # Two crawls of linux (all, and linux alone), one of tech; the later of the two
@@ -939,7 +993,7 @@ def unreaped(app: Any) -> list[int]:
 
 def test_a_running_scheduled_crawl_counts_as_a_run_of_all(crawlable):
     project = crawlable
-    lock = scheduler.lock_path(project.db)
+    lock = launch.lock_path(project.db)
     # A scheduled crawl holds the scheduler's lock (here: a sleeping stand-in with it).
     lock.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -975,7 +1029,7 @@ def scrapyd() -> Iterator[FakeScrapyd]:
 
 
 def test_run_now_on_scrapyd_keeps_one_job_per_scope(db, scrapyd, monkeypatch):
-    monkeypatch.setattr(launching, "SCRAPYD_CACHE_SECONDS", 0.0)
+    monkeypatch.setattr(scrapyd_launch, "SCRAPYD_CACHE_SECONDS", 0.0)
     config = WebConfig(db=db, scrapyd=scrapyd.url, settings=("VESTI_DB=/srv/vesti.db",))
     with TestClient(create_app(config)) as client:
         token = csrf_of(client.get("/crawlers").text)
@@ -1004,7 +1058,7 @@ def test_run_now_on_scrapyd_keeps_one_job_per_scope(db, scrapyd, monkeypatch):
 
 
 def test_a_scheduled_scrapyd_job_counts_as_a_run_of_all(db, scrapyd, monkeypatch):
-    monkeypatch.setattr(launching, "SCRAPYD_CACHE_SECONDS", 0.0)
+    monkeypatch.setattr(scrapyd_launch, "SCRAPYD_CACHE_SECONDS", 0.0)
     scrapyd.jobs["running"].append({"id": "sched1", "spider": "feeds", "pid": 1})
     with TestClient(create_app(WebConfig(db=db, scrapyd=scrapyd.url))) as client:
         token = csrf_of(client.get("/crawlers").text)

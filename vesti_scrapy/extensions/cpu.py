@@ -112,7 +112,8 @@ class CpuPool:
         self._slots = None
         if self._started is None:
             return
-        pool, self.pool = await asyncio.gather(self._started, return_exceptions=True)[0], None
+        (pool,) = await asyncio.gather(self._started, return_exceptions=True)
+        self.pool = None
         if isinstance(pool, BaseException):
             return
         pool.stop()

@@ -1,0 +1,14 @@
+"""The dashboard's routers: one per page group, and the JSON API."""
+
+from fastapi import APIRouter
+
+from vesti_scrapy.web.routes import api, crawlers, imports, login, posts, runs
+
+ROUTERS: tuple[APIRouter, ...] = (
+    posts.router,
+    crawlers.router,
+    runs.router,
+    imports.router,
+    login.router,
+    api.router,
+)
