@@ -246,7 +246,7 @@ class UrlsSpider(scrapy.Spider):
         if failure.check(HttpError):
             response = failure.value.response
             status = response.status
-            transient = status >= 500 or status in self.transient_codes
+            transient = status in self.transient_codes  # what Scrapy's retry tried again
             reason = f"HTTP {response_status_message(status)}"
             location = response.headers.get(b"Location")
             if 300 <= status < 400 and location:

@@ -14,7 +14,7 @@ asynchronous callbacks), which runs upstream's logic output by output; and the
 the spider accounts for the article (its entry was stored with the page, before).
 
 An index an earlier version left in ``DELTAFETCH_DIR`` (upstream's dbm file, or our
-previous version's SQLite file) is imported once.
+previous version's SQLite file) is imported once, the keys whose post is stored.
 """
 
 from __future__ import annotations
@@ -148,7 +148,9 @@ def _import_legacy(storage: Storage, directory: Path, spider: str) -> None:
         if not files:
             return
         keys = {key.decode("utf-8", "replace") for key in _legacy_keys(directory, spider)}
-        storage.posts.add_fetched(sorted(keys))
+        # Only pages whose post this database holds: the folder may have outlived it (a
+        # deleted or restored database), and a key without its post would lose an entry.
+        storage.posts.add_fetched_if_stored(sorted(keys))
         for path in files:
             path.unlink(missing_ok=True)
     logger.info("Imported %d key(s) of the old DeltaFetch index in %s", len(keys), directory)

@@ -30,7 +30,8 @@ VESTI_SUMMARY_MIN_CHARS = 220
 # Texts at least this long are deduplicated by their sha256; shorter ones ("Read more",
 # "Comments", empty) by canonical URL alone, so different articles never merge.
 VESTI_SUBSTANTIVE_CHARS = 200
-# Posts are written in transactions of this many rows (and whenever a feed completes).
+# Posts, feed results and import outcomes are written in transactions of this many
+# (and what is left when the crawl closes).
 VESTI_WRITE_BATCH = 100
 # Worker processes that parse feeds and extract articles (0: in the crawl process).
 VESTI_PROCESS_POOL_WORKERS = int(os.environ.get("VESTI_PROCESS_POOL_WORKERS", os.cpu_count() or 1))

@@ -27,7 +27,7 @@ import socket
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.exceptions import IgnoreRequest, NotConfigured, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -90,7 +90,8 @@ class ImportAddressGuard:
         try:
             allowed = parse_networks(settings.get("VESTI_IMPORT_ALLOW_NETWORKS") or "")
         except ValueError as exc:
-            raise NotConfigured(f"VESTI_IMPORT_ALLOW_NETWORKS: {exc}") from exc
+            # Never NotConfigured: that would switch the guard off. The crawl does not start.
+            raise UsageError(f"VESTI_IMPORT_ALLOW_NETWORKS: {exc}") from exc
         return cls(allowed)
 
     def _refuse(self, request: Request, problem: str) -> AddressRefused:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from vesti_scrapy.cli import db_option, open_database
+from vesti_scrapy.cli import db_option, fail, open_database
 from vesti_scrapy.storage import SCHEMA_VERSION
 from vesti_scrapy.storage.records import CheckReport
 
@@ -21,10 +21,15 @@ def check() -> int:
     """Integrity and foreign keys, schema version, rows per table."""
     with open_database() as storage:
         report = storage.maintenance.check()
-        if not report.ok:
-            _print(report)
+        _print(report)
+        if report.integrity != ["ok"]:
             raise storage.maintenance.move_aside(report)
-    _print(report)
+    if report.foreign_key_problems:
+        fail(
+            f"{report.location} has rows that refer to missing rows (listed above); the "
+            "data is readable: fix or delete those rows, or restore a backup"
+        )
+        return 1
     return 0
 
 

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 
-from vesti_scrapy.arguments import ArgumentError
 from vesti_scrapy.registry import RegistryError
 from vesti_scrapy.storage import StorageError
 
@@ -21,7 +20,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
-CLEAN_ERRORS = (ArgumentError, RegistryError, StorageError)
+# UsageError covers bad settings too (an unusable VESTI_IMPORT_ALLOW_NETWORKS): exit 2.
+CLEAN_ERRORS = (UsageError, RegistryError, StorageError)
 
 
 class Command(ScrapyCrawlCommand):
@@ -48,7 +48,7 @@ class Command(ScrapyCrawlCommand):
             return
         if isinstance(exc, CLEAN_ERRORS):
             print(f"error: {exc}", file=sys.stderr)
-            self.exitcode = 2 if isinstance(exc, ArgumentError) else 1
+            self.exitcode = 2 if isinstance(exc, UsageError) else 1
         else:
             logger.error("The crawl failed to start", exc_info=exc)
             self.exitcode = 1

@@ -31,8 +31,7 @@ class Maintenance:
     def move_aside(self, report: CheckReport) -> StorageError:
         """Close the damaged database and move it aside; the error says where it went and
         how to restore or salvage it."""
-        problems = report.integrity + report.foreign_key_problems
-        return self.db.quarantine("integrity check failed: " + "; ".join(problems[:5]))
+        return self.db.quarantine("integrity check failed: " + "; ".join(report.integrity[:5]))
 
     def backup(self, destination: str | Path) -> int:
         """A consistent online copy at ``destination`` (a new file); returns its size."""

@@ -2,10 +2,10 @@
 
 A claim names its holder (``host:pid:random``, unique per run even when a pid is reused)
 and holds a lease: a time by which the holder renews it, or loses it. A holder killed
-with kill -9 renews nothing, so its work returns to the queue when the lease runs out,
-or at once when the holder ran on this host and its process is gone. Every change is one
-short write transaction, and finishing, failing or releasing checks that the caller
-still holds what it names.
+with kill -9 renews nothing, so its work returns to the queue when the lease runs out
+(import jobs are taken over at once, too, when their crawl ran on this host and its
+process is gone: :meth:`Leases.lost`). Every change is one short write transaction, and
+finishing, failing or releasing checks that the caller still holds what it names.
 
 ``posts`` is the classification queue: ``classified`` is 0 pending, -1 claimed, 1 done,
 -2 failed. The claim of the next post is one seek in a partial index whatever the size
