@@ -133,7 +133,9 @@ class FetchedArticles:
     A mapping as DeltaFetch uses its dbm file (``key in db``, ``db[key] = value``), over
     the ``fetched_articles`` table. DeltaFetch asks synchronously, on the reactor's
     thread; so each key is looked up on the database's thread first (:meth:`look_up`,
-    awaited before DeltaFetch decides), and ``in`` answers from what was found.
+    awaited before DeltaFetch decides; the keys asked for in one turn of the event loop,
+    by all the responses being processed, in one query), and ``in`` answers from what
+    was found.
 
     A key set during the crawl is only remembered here: the store pipeline writes it in
     the transaction of the post with that canonical URL (:meth:`take`), and at the end of
@@ -146,12 +148,32 @@ class FetchedArticles:
         self.database = database
         self.found: dict[str, bool] = {}
         self.pending: set[str] = set()
+        self._asked: dict[str, asyncio.Future[None]] = {}
 
     async def look_up(self, key: str) -> None:
-        try:
-            self.found[key] = await self.database.run(lambda storage: storage.posts.fetched(key))
-        except StorageError:
-            self.found[key] = False  # the crawl is stopping: CrawlDatabase said why
+        loop = asyncio.get_running_loop()
+        if not self._asked:
+            loop.call_soon(self._ask)
+        answer = self._asked.get(key)
+        if answer is None:
+            answer = self._asked[key] = loop.create_future()
+        await answer
+
+    def _ask(self) -> None:
+        asked, self._asked = self._asked, {}
+        keys = list(asked)
+        lookup = asyncio.ensure_future(
+            self.database.run(lambda storage: storage.posts.fetched_among(keys))
+        )
+
+        def answered(done: asyncio.Future[set[str]]) -> None:
+            # On a failure the crawl is stopping (CrawlDatabase said why): fetch them all.
+            fetched = set() if done.exception() is not None else done.result()
+            for key, answer in asked.items():
+                self.found[key] = key in fetched
+                answer.set_result(None)
+
+        lookup.add_done_callback(answered)
 
     def __contains__(self, key: object) -> bool:
         url = _url(key)

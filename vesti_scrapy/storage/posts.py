@@ -101,7 +101,20 @@ class Posts:
     # --- article pages fetched (scrapy-deltafetch's index) ------------------------------------
     def fetched(self, key: str) -> bool:
         """Whether the article page with this key (its canonical URL) was fetched before."""
-        return self.db.one("SELECT 1 FROM fetched_articles WHERE key = ?", (key,)) is not None
+        return key in self.fetched_among([key])
+
+    def fetched_among(self, keys: Sequence[str]) -> set[str]:
+        """Those of these article pages (keys: canonical URLs) that were fetched before."""
+        found: set[str] = set()
+        for chunk in _chunks(keys):
+            marks = ", ".join("?" for _ in chunk)
+            found.update(
+                row[0]
+                for row in self.db.all(
+                    f"SELECT key FROM fetched_articles WHERE key IN ({marks})", chunk
+                )
+            )
+        return found
 
     def add_fetched(self, keys: Iterable[str]) -> None:
         now = utcnow()
