@@ -41,6 +41,15 @@ class Batch:
         return len(self.posts) + len(self.results) + len(self.outcomes)
 
 
+@dataclass
+class Written:
+    """What one transaction stored."""
+
+    inserted: int  # posts
+    stored_before: int  # posts found stored already
+    imports: Counter[str]  # imported items' states recorded, by state
+
+
 class StorePipeline:
     """Writes posts, each feed's result (its run and its new state, as polling policy
     decides it) and imported URLs' outcomes, in short batched transactions on the
@@ -67,7 +76,7 @@ class StorePipeline:
         self.dead_after = dead_after
         self.database: CrawlDatabase | None = None
         self.batch = Batch()
-        self.writes: deque[asyncio.Future[tuple[int, int]]] = deque()
+        self.writes: deque[asyncio.Future[Written]] = deque()
         self.unreachable: list[FeedResult] = []
         self.reached_any = False
         # Posts of a feed committed in earlier batches, not yet counted in its result
@@ -142,8 +151,8 @@ class StorePipeline:
         write.add_done_callback(self._written)
         self.writes.append(write)
 
-    def _write(self, storage: Storage, batch: Batch, fetched_keys: list[str]) -> tuple[int, int]:
-        """On the database thread: one transaction; (posts inserted, posts stored before)."""
+    def _write(self, storage: Storage, batch: Batch, fetched_keys: list[str]) -> Written:
+        """On the database thread: one transaction."""
         with storage.transaction():
             if any(post.source not in self.source_ids for post in batch.posts):
                 self.source_ids = storage.sources.ids()
@@ -161,7 +170,7 @@ class StorePipeline:
                 if post.outcome is not None
             ]
             outcomes += [_outcome(outcome) for outcome in batch.outcomes]
-            storage.imports.record(outcomes)
+            recorded = storage.imports.record(outcomes)
             inserted = [bool(post_id) for post_id in ids]
             new = Counter(post.source for post, yes in zip(posts, inserted, strict=True) if yes)
             known = Counter(
@@ -170,7 +179,7 @@ class StorePipeline:
             self.committed_new.update(new)
             self.committed_known.update(known)
             self._record_results(storage, batch.results)
-        return sum(new.values()), sum(known.values())
+        return Written(sum(new.values()), sum(known.values()), recorded)
 
     def _record_results(self, storage: Storage, results: list[FeedResult]) -> None:
         if not results:
@@ -205,13 +214,15 @@ class StorePipeline:
         storage.sources.save_states(states)
         storage.sources.add_runs(runs)
 
-    def _written(self, write: asyncio.Future[tuple[int, int]]) -> None:
+    def _written(self, write: asyncio.Future[Written]) -> None:
         self.writes.remove(write)
         exc = write.exception()
         if exc is None:
-            inserted, stored_before = write.result()
-            self.stats.inc_value("store/posts_inserted", inserted)
-            self.stats.inc_value("store/posts_stored_before", stored_before)
+            written = write.result()
+            self.stats.inc_value("store/posts_inserted", written.inserted)
+            self.stats.inc_value("store/posts_stored_before", written.stored_before)
+            for state, count in written.imports.items():
+                self.stats.inc_value(f"imports/{state}", count)
             return
         if isinstance(exc, StorageError):
             return  # it has stopped the crawl already (CrawlDatabase.run)

@@ -182,7 +182,6 @@ class UrlsSpider(scrapy.Spider):
         error: str | None = None,
         warning: str | None = None,
     ) -> ImportOutcome:
-        self.crawler.stats.inc_value(f"imports/{state}")
         return ImportOutcome(
             item.id,
             self.leases.worker,
@@ -221,7 +220,6 @@ class UrlsSpider(scrapy.Spider):
         else:
             yield self._outcome(item, request, "error", error="no article text on the page")
             return
-        self.crawler.stats.inc_value(f"imports/{state}")
         yield PostItem(
             source=IMPORT_SOURCE,
             url=response.url,

@@ -2,11 +2,13 @@
 
     $ scrapy shell https://lwn.net/headlines/rss
     >>> from vesti_scrapy.debug import preview
-    >>> preview(response)
+    >>> preview(response, settings)
 
 prints what the feeds spider would store for ``response``: each entry of a feed (title,
 canonical URL, date, text, and whether the article page would be fetched), or, for an
-article page, the text that the article callback would extract.
+article page, the text that the article callback would extract. ``settings`` is the
+shell's own (so ``scrapy shell -s VESTI_SUMMARY_MIN_CHARS=500 URL`` reaches the preview);
+without it, the project's settings are read.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from vesti_scrapy.urls import normalize_url
 
 if TYPE_CHECKING:
     from scrapy.http import Response
+    from scrapy.settings import BaseSettings
 
 
-def describe(response: Response, width: int = 300) -> str:
+def describe(response: Response, settings: BaseSettings | None = None, width: int = 300) -> str:
     """The preview as text (what :func:`preview` prints)."""
     content_type = response.headers.get(b"Content-Type", b"").decode("latin-1")
     try:
@@ -33,7 +36,7 @@ def describe(response: Response, width: int = 300) -> str:
         if not text:
             return f"{response.url}: not a feed ({feed_error}) and no article text found"
         return f"article page {response.url}: {len(text)} characters would be stored\n\n{text}"
-    settings = get_project_settings()
+    settings = settings if settings is not None else get_project_settings()
     summary_min_chars = settings.getint("VESTI_SUMMARY_MIN_CHARS")
     substantive_chars = settings.getint("VESTI_SUBSTANTIVE_CHARS")
     lines = [f"feed {response.url}: {len(feed.entries)} entries"]
@@ -55,6 +58,6 @@ def describe(response: Response, width: int = 300) -> str:
     return "\n".join(lines)
 
 
-def preview(response: Response) -> None:
+def preview(response: Response, settings: BaseSettings | None = None) -> None:
     """Print what the feeds spider would store for ``response``."""
-    print(describe(response))
+    print(describe(response, settings))

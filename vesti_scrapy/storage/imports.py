@@ -13,6 +13,7 @@ the items they count, whoever writes.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -348,15 +349,19 @@ class ImportJobs(Leases):
             ]
             self._recover(jobs)
 
-    def record(self, outcomes: Sequence[ItemOutcome]) -> None:
+    def record(self, outcomes: Sequence[ItemOutcome]) -> Counter[str]:
         """Record imported items' states, in the caller's transaction (the one that stored
-        their posts). An item is updated only while it is ``extracting`` under its
-        crawl's lease."""
+        their posts); the states recorded, counted. An item is updated only while it is
+        ``extracting`` under its crawl's lease."""
+        recorded: Counter[str] = Counter()
         with self.db.transaction():
             for outcome in outcomes:
-                self._record(outcome)
+                state = self._record(outcome)
+                if state is not None:
+                    recorded[state] += 1
+        return recorded
 
-    def _record(self, outcome: ItemOutcome) -> None:
+    def _record(self, outcome: ItemOutcome) -> str | None:
         state, error, post_id = outcome.state, outcome.error, outcome.post_id
         if state in ("saved", "consent-wall", "duplicate") and post_id is None:
             # Not inserted here: stored before, by another crawl meanwhile, or earlier in
@@ -378,8 +383,10 @@ class ImportJobs(Leases):
                 outcome.item_id, outcome.worker,
             ),
         )  # fmt: skip
-        if row is not None:
-            self._finish_if_complete(row[0])
+        if row is None:
+            return None
+        self._finish_if_complete(row[0])
+        return state
 
     def _post_for(self, canonical_url: str, sha256: str | None) -> int | None:
         return self.db.scalar(
