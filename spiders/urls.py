@@ -151,6 +151,10 @@ class UrlsSpider(scrapy.Spider):
         try:
             requests = await self._requests()
         except StorageError:
+            requests = []  # the crawl is stopping: CrawlDatabase said why
+        except Exception:
+            # Claiming again would fail again: end the crawl rather than idle on.
+            logger.exception("Claiming more URLs to import failed")
             requests = []
         finally:
             self._refill = None

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
+import threading
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +16,80 @@ from typing import Any
 
 import pytest
 import yaml
+from scrapy import Spider
+from scrapy.crawler import Crawler
+from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.utils.project import get_project_settings
+from scrapy.utils.test import get_crawler
 
+from vesti_scrapy import devserver
 from vesti_scrapy.devserver import Site, SiteServer
+from vesti_scrapy.storage import Storage, open_storage
+from vesti_scrapy.storage.records import IMPORT_ITEM_COUNTERS
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
+GOLDEN = REPO / "tests" / "golden"
 CORPUS = REPO.parent / "shared" / "corpus"
+# Set by .ci/run: a missing prerequisite (the corpus, chromium, root) fails there.
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require(available: object, reason: str, *, module: bool = False) -> None:
+    """Go on only if ``available``: without it the test fails in CI (coverage must not
+    vanish silently) and is skipped locally, with ``reason``."""
+    if available:
+        return
+    if IN_CI:
+        pytest.fail(f"missing prerequisite in CI: {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=module)
+
+
+def project_settings(**overrides: Any) -> dict[str, Any]:
+    """The settings vesti_scrapy/settings.py sets (as a crawl reads them), and overrides."""
+    settings = get_project_settings()
+    ours = {
+        name: settings[name]
+        for name in settings
+        if settings.getpriority(name) == SETTINGS_PRIORITIES["project"]
+    }
+    return {**ours, **overrides}
+
+
+def make_crawler(spidercls: type[Spider] | None = None, **settings: Any) -> Crawler:
+    """An in-process crawler (Scrapy's ``get_crawler``) with the project's settings and
+    ``settings``; with ``spidercls``, its spider made as a crawl makes it."""
+    crawler = get_crawler(spidercls, project_settings(**settings))
+    if spidercls is not None:
+        crawler.spider = spidercls.from_crawler(crawler)
+    return crawler
+
+
+def stat(log: str, name: str) -> int:
+    """A counter from the stats a crawl dumps at its end (0 when it never counted)."""
+    found = re.findall(rf"'{re.escape(name)}': (\d+)[,}}]", log)
+    return int(found[-1]) if found else 0
+
+
+def assert_counters_exact(db: str | os.PathLike[str] | sqlite3.Connection) -> None:
+    """Every import job's counters equal the number of its items in each state."""
+    conn = db if isinstance(db, sqlite3.Connection) else sqlite3.connect(db)
+    try:
+        conn.row_factory = sqlite3.Row
+        for job in conn.execute("SELECT * FROM import_jobs").fetchall():
+            actual = dict.fromkeys(IMPORT_ITEM_COUNTERS.values(), 0)
+            for state, count in conn.execute(
+                "SELECT state, count(*) FROM import_items WHERE job_id = ? GROUP BY state",
+                (job["id"],),
+            ):
+                actual[IMPORT_ITEM_COUNTERS[state]] += count
+            expected = {column: job[column] for column in IMPORT_ITEM_COUNTERS.values()}
+            assert expected == actual, f"job {job['id']}"
+            assert job["total"] == sum(actual.values())
+    finally:
+        conn.row_factory = None
+        if conn is not db:
+            conn.close()
 
 
 @pytest.fixture
@@ -92,6 +163,10 @@ class Project:
             raise AssertionError(f"crawl failed ({result.returncode}):\n{result.stderr[-4000:]}")
         return result
 
+    def open(self) -> Storage:
+        """The project's database through the storage API (close it, or use ``with``)."""
+        return open_storage(self.db)
+
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         conn = sqlite3.connect(self.db)
         try:
@@ -103,3 +178,42 @@ class Project:
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     return Project(tmp_path)
+
+
+@pytest.fixture
+def per_host_peak(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """The most requests the dev server had at once (it serves one host), each from its
+    arrival until its answer starts: the crawl cannot have a response before that, so
+    the crawl had at least as many requests in flight. A path ending in ``stuck.html`` is
+    not counted: the crawl gives up on it at its timeout, the server goes on sleeping."""
+    peak: Counter[str] = Counter()
+    lock = threading.Lock()
+    now = [0]
+    original_get = devserver._Handler.do_GET
+    original_send = devserver._Handler.send_response
+
+    def answered(handler: Any) -> None:
+        with lock:
+            if getattr(handler, "counted", False):
+                handler.counted = False
+                now[0] -= 1
+
+    def do_get(handler: Any) -> None:
+        handler.counted = not handler.path.endswith("stuck.html")
+        with lock:
+            now[0] += handler.counted
+            peak["max"] = max(peak["max"], now[0])
+        try:
+            original_get(handler)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the crawl timed out and closed the connection
+        finally:
+            answered(handler)
+
+    def send_response(handler: Any, *args: Any, **kwargs: Any) -> None:
+        answered(handler)
+        original_send(handler, *args, **kwargs)
+
+    monkeypatch.setattr(devserver._Handler, "do_GET", do_get)
+    monkeypatch.setattr(devserver._Handler, "send_response", send_response)
+    return peak

@@ -4,7 +4,11 @@ The feeds come from other feed readers' test suites (/work/shared/corpus/feeds, 
 README): legacy Cyrillic charsets, relative links, undated entries, malformed XML and JSON
 Feed, as the web really serves them. Three layers:
 
-- every file: parse_feed either reads it or raises FeedError, and what it reads is sane;
+- every file: what it must give, from tests/golden/corpus_expected.tsv (its number of
+  entries, how many have a title or text, an absolute link, a date, and the first
+  entry's title; or the FeedError it must raise), whatever Content-Type it comes with,
+  and every entry it gives is sane (written by tests/golden/corpus_expected.py, which
+  compares the parser with a plain reading of each file; see its ``reviewed`` column);
 - a dozen chosen files: the output is compared with reviewed golden files in tests/golden/
   (regenerate with VESTI_REGENERATE_GOLDEN=1, then read the diff before committing);
 - the facts that matter most are also asserted by name, so that a regenerated golden file
@@ -16,6 +20,7 @@ Feed, as the web really serves them. Three layers:
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -25,16 +30,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import CORPUS, Project, source_entry
+from conftest import CORPUS, GOLDEN, Project, require, source_entry
 
 from vesti_scrapy.devserver import Site, SiteServer
 from vesti_scrapy.feeds import Entry, FeedError, ParsedFeed, parse_feed
 
 FEEDS = CORPUS / "feeds"
-if not FEEDS.is_dir():
-    pytest.skip(f"feed corpus not found at {FEEDS}", allow_module_level=True)
+require(FEEDS.is_dir(), f"feed corpus not found at {FEEDS}", module=True)
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 REGENERATE = os.environ.get("VESTI_REGENERATE_GOLDEN") == "1"
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 # An absolute URI: Atom entries without a link get their id (urn:uuid:..., tag:...) as link.
@@ -86,6 +89,14 @@ def check_entry(entry: Entry) -> None:
 # --- every file in the corpus ---------------------------------------------------------
 
 
+def _expectations() -> dict[str, dict[str, str]]:
+    with (GOLDEN / "corpus_expected.tsv").open(encoding="utf-8", newline="") as table:
+        return {row["path"]: row for row in csv.DictReader(table, delimiter="\t")}
+
+
+EXPECTED = _expectations()
+
+
 @pytest.mark.parametrize("path", CORPUS_FILES)
 @pytest.mark.parametrize(
     "served_as",
@@ -96,23 +107,44 @@ def check_entry(entry: Entry) -> None:
         "text/html; charset=utf-8",
     ],
 )
-def test_every_corpus_file_parses_or_raises_feed_error(path: str, served_as: str) -> None:
+def test_every_corpus_file_gives_what_it_must(path: str, served_as: str) -> None:
     content_type = TYPE_BY_SUFFIX[Path(path).suffix] if served_as == "realistic" else served_as
-    try:
-        feed = parse(path, content_type)
-    except FeedError:
-        # Not a feed (an XML note, a book catalogue): the one failure the spider expects.
+    expected = EXPECTED[path]
+    if expected["expect"].startswith("FeedError: "):
+        # Not a feed (an XML note, a book catalogue), or cut off before its first entry.
+        with pytest.raises(FeedError) as error:
+            parse(path, content_type)
+        assert str(error.value).startswith(expected["expect"].removeprefix("FeedError: "))
         return
+    feed = parse(path, content_type)
     for entry in feed.entries:
         check_entry(entry)
     assert feed.ttl is None or feed.ttl >= 0
+    assert feed.unreadable == []
+    entries = feed.entries
+    actual = {
+        "entries": len(entries),
+        # Something to store: a post is its title or its text.
+        "titled": sum(bool(e.title.strip() or e.text.strip()) for e in entries),
+        "linked": sum(bool(e.link and re.match(r"https?://[^/]", e.link)) for e in entries),
+        "dated": sum(e.published_at is not None for e in entries),
+        "first_title": entries[0].title[:60] if entries else "",
+    }
+    assert actual == {
+        key: expected[key] if key == "first_title" else int(expected[key]) for key in actual
+    }
 
 
-def test_corpus_matches_its_manifest() -> None:
+def test_corpus_matches_its_manifest_and_the_expectations() -> None:
     # A partial copy would let the parametrized test above pass on fewer files.
     rows = (FEEDS / "manifest.tsv").read_text(encoding="utf-8").splitlines()[1:]
     listed = {row.split("\t", 1)[0].removeprefix("realworld/") for row in rows if row}
     assert set(CORPUS_FILES) == listed
+    assert set(EXPECTED) == listed
+    # Most files are feeds with entries: a parser that rejected everything cannot pass.
+    errors = [path for path, row in EXPECTED.items() if row["expect"] != "entries"]
+    assert len(errors) == 5
+    assert sum(int(row["entries"] or 0) > 0 for row in EXPECTED.values()) >= 80
 
 
 # --- golden files ---------------------------------------------------------------------

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+import time
 
-from conftest import FIXTURES, Project, source_entry
+from conftest import FIXTURES, Project, source_entry, stat
 
 from vesti_scrapy.devserver import Site, SiteServer
 
@@ -108,9 +109,51 @@ def test_second_crawl_is_conditional_and_third_stores_only_new_entries(site, pro
     assert project.query("SELECT new FROM runs WHERE name = 'rss:linux-sample' ORDER BY id")[
         -1
     ] == (1,)
-    # Entries already fetched are not fetched again; the summary counts them as duplicates.
+    # Article pages already fetched are not fetched again (DeltaFetch), the one that
+    # answered 404 included; the entry with full content stored before goes through the
+    # pipelines and the database skips it. The summary counts all three as duplicates.
     assert site_.hits("/articles/linux-6-19-rc1.html") == {200: 1}
+    assert site_.hits("/articles/debian-i386.html") == {404: 1}
+    assert stat(third.stderr, "deltafetch/skipped") == 2
+    assert stat(third.stderr, "store/posts_stored_before") == 1
     assert re.search(r"linux-sample\s+ok\s+4\s+1\s+3\s", third.stderr)
+    assert project.query("SELECT count(*) FROM posts") == [(5,)]  # nothing stored twice
+
+
+def test_an_article_that_failed_to_download_is_tried_again_at_the_next_crawl(site, project):
+    site_, server = site
+    text = " ".join(f"Sentence {n} of a long article page." for n in range(40))
+    # Longer than DOWNLOAD_TIMEOUT: no response at all, a download error.
+    site_.put("/slow.html", f"<html><body><article><p>{text}</p></article></body></html>",
+              delay=2.0)  # fmt: skip
+    site_.put("/gone.html", "gone", status=410)
+    items = "".join(
+        f"<item><title>{name}</title><link>{server.url(f'/{name}.html')}</link>"
+        f"<description>Summary of {name}.</description></item>"
+        for name in ("slow", "gone")
+    )
+    site_.put("/feed.rss", f'<rss version="2.0"><channel><title>t</title>{items}</channel></rss>')
+    project.write_sources([source_entry("feed", server.url("/feed.rss"))])
+    settings = {"DOWNLOAD_TIMEOUT": 1, "RETRY_TIMES": 0}
+
+    project.crawl(settings=settings)
+    # Both entries are stored with their summaries.
+    assert dict(project.query("SELECT title, text FROM posts")) == {
+        "slow": "Summary of slow.",
+        "gone": "Summary of gone.",
+    }
+    site_.put("/feed.rss", site_.pages["/feed.rss"].body + b"<!-- changed -->")
+    second = project.crawl(settings=settings)
+
+    # The page that never answered is asked for again; the one that answered 410 is not.
+    # (The server logs a request once its delay is over, after the crawl gave up on it.)
+    deadline = time.monotonic() + 10
+    while sum(site_.hits("/slow.html").values()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sum(site_.hits("/slow.html").values()) == 2
+    assert site_.hits("/gone.html") == {410: 1}
+    assert stat(second.stderr, "deltafetch/skipped") == 1
+    assert project.query("SELECT count(*) FROM posts") == [(2,)]
 
 
 def test_debug_log_still_shows_each_response_and_item(site, project):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import FIXTURES, source_entry
+import json
+
+from conftest import FIXTURES, GOLDEN, source_entry
 
 NO_RETRY = {"RETRY_TIMES": 0}
 
@@ -105,3 +107,23 @@ def test_one_unreachable_host_among_working_ones_counts(site, project):
         ("fine", 0),
         ("gone", 1),
     ]
+
+
+def test_entries_with_control_characters_are_stored_without_them(site, project):
+    # Found with real feeds: an entry whose text carried a control character made the
+    # feed's callback raise, and the feed lost its run and all its other entries.
+    site_, server = site
+    golden = json.loads((GOLDEN / "control_chars.json").read_text(encoding="utf-8"))
+    site_.put("/ctl.rss", (FIXTURES / "feeds" / "control_chars.rss").read_bytes())
+    project.write_sources([source_entry("ctl", server.url("/ctl.rss"))])
+    result = project.crawl(settings={"VESTI_SUMMARY_MIN_CHARS": 0})
+
+    stored = project.query("SELECT canonical_url, title, text, content_type FROM posts ORDER BY id")
+    assert [
+        {"canonical_url": u, "title": t, "text": x, "content_type": c} for u, t, x, c in stored
+    ] == [
+        {**post, "canonical_url": post["canonical_url"].replace("{{BASE}}", server.base_url)}
+        for post in golden["posts"]
+    ]
+    assert project.query("SELECT status, fetched, new, error FROM runs") == [("ok", 4, 4, None)]
+    assert "Traceback" not in result.stderr

@@ -130,8 +130,15 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_crawl(site, tmp_path, kill_af
         time.sleep(0.2)
     assert processes_with_env(f"VESTI_DB={killed.db}") == []
 
-    killed.crawl(settings=SETTINGS)
+    rerun = killed.crawl(settings=SETTINGS)
     assert stored(killed) == expected
+    # The rerun found the killed crawl's row without an end: it checked the database
+    # (intact) before writing, and closed that row.
+    assert killed.query("SELECT finish_reason FROM crawls ORDER BY id") == [
+        ("killed",),
+        ("finished",),
+    ]
+    assert "Traceback" not in rerun.stderr
     # Every feed ends with its validators stored: the next crawl is all 304s.
     killed.crawl(settings=SETTINGS)
     assert stored(killed) == expected

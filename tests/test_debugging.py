@@ -37,6 +37,27 @@ def test_scrapy_parse_prints_the_items_and_requests_of_a_feed(site, project):
     assert f"<GET {server.url('/articles/debian-i386.html')}>" in requests
 
 
+def test_scrapy_parse_shows_every_entry_of_a_feed_crawled_before(site, project):
+    # Skipping what is stored is for crawls: the debugging tool shows what the feed gives.
+    site_, server = site
+    site_.load_dir(FIXTURES / "site")
+    project.write_sources([source_entry("linux", server.url("/linux.rss"))])
+    project.crawl()
+    assert project.query("SELECT count(*) FROM posts") == [(3,)]
+
+    result = scrapy(
+        project, "parse", "--spider=feeds", "-c", "parse_feed", server.url("/linux.rss")
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    items, requests = result.stdout.split("# Requests")
+    assert "'title': 'Btrfs gains faster scrub in the 6.19 merge window'" in items
+    assert f"<GET {server.url('/articles/linux-6-19-rc1.html')}?utm_source=rss" in requests
+    assert f"<GET {server.url('/articles/debian-i386.html')}>" in requests
+    # A look, not a crawl: nothing was written, not even the feed's run.
+    assert project.query("SELECT count(*) FROM posts") == [(3,)]
+    assert project.query("SELECT count(*) FROM runs") == [(1,)]
+
+
 def test_scrapy_shell_preview_of_a_feed_and_of_an_article(site, project):
     site_, server = site
     site_.load_dir(FIXTURES / "site")

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, REPO
+from conftest import CORPUS, REPO, require
 
 from vesti_scrapy.text import extract_article
 
@@ -40,8 +40,7 @@ def pages(tmp_path: Path) -> list[Path]:
     missing = [
         p for p in paths if not p.exists() or not (ARTICLES / "gt" / f"{p.stem}.txt").exists()
     ]
-    if missing:
-        pytest.skip(f"article corpus not available: {missing[0]}")
+    require(not missing, f"article corpus not available: {missing[0] if missing else ''}")
     # Copies under a folder with a space, so names are passed through as given.
     folder = tmp_path / "saved pages"
     folder.mkdir()

@@ -13,9 +13,10 @@ import asyncio
 import ipaddress
 
 import pytest
-from conftest import CORPUS, FIXTURES
+from conftest import CORPUS, FIXTURES, require
 from scrapy.http import HtmlResponse, Request
 
+from bench.consent import measure
 from vesti_scrapy import consent
 from vesti_scrapy.ssrf import AddressRefused, ImportAddressGuard, address_problem, parse_networks
 
@@ -25,10 +26,9 @@ CORPUS_ARTICLES = sorted((CORPUS / "articles" / "html").glob("*.html"))
 
 
 def test_precision_and_recall(capsys: pytest.CaptureFixture[str]) -> None:
-    if len(CORPUS_ARTICLES) < 60:
-        pytest.skip(f"article corpus not found at {CORPUS / 'articles'}")
+    require(len(CORPUS_ARTICLES) >= 60, f"article corpus not found at {CORPUS / 'articles'}")
     assert len(WALLS) >= 10
-    result = consent.measure(WALLS, CORPUS_ARTICLES + HARD_ARTICLES)
+    result = measure(WALLS, CORPUS_ARTICLES + HARD_ARTICLES)
     with capsys.disabled():
         print(f"\n{result.summary()}")
     assert [name for name, found in result.articles.items() if found] == []

@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -17,15 +16,15 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from conftest import CORPUS, FIXTURES, REPO, Project
-from test_imports_jobs import assert_counters_exact
+from conftest import CORPUS, FIXTURES, REPO, Project, assert_counters_exact, require
 
-from vesti_scrapy import devserver, imports
+from vesti_scrapy import imports
 from vesti_scrapy.devserver import Site, SiteServer
+from vesti_scrapy.launch import spawn_urls_crawl
+from vesti_scrapy.storage.records import JobStateError, JobSummary
 
 ARTICLES = sorted((CORPUS / "articles" / "html").glob("*.html"))
-if len(ARTICLES) < 30:
-    pytest.skip(f"article corpus not found at {CORPUS / 'articles'}", allow_module_level=True)
+require(len(ARTICLES) >= 30, f"article corpus not found at {CORPUS / 'articles'}", module=True)
 
 FAST = {"VESTI_IMPORT_BACKOFF": 0.1, "LOG_LEVEL": "INFO"}
 
@@ -74,6 +73,19 @@ class Imports(Project):
             job_id,
         )
 
+    def create_job(self, raw: str) -> tuple[int | None, imports.ParsedUrls]:
+        with self.open() as storage:
+            return imports.create_job(storage, raw)
+
+    def job(self, job_id: int) -> JobSummary:
+        with self.open() as storage:
+            return storage.imports.get(job_id)
+
+    def act(self, action: str, job_id: int) -> Any:
+        """A person's action on a job (pause, resume, cancel, retry_failed)."""
+        with self.open() as storage:
+            return getattr(storage.imports, action)(job_id)
+
     def count(self, sql: str, *params: Any) -> int:
         conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=5)
         try:
@@ -97,45 +109,6 @@ def wait_for(predicate: Any, process: subprocess.Popen[bytes], what: str) -> Non
         assert process.poll() is None, f"the crawl ended before {what}"
         assert time.monotonic() < deadline, f"no {what} in 60 s"
         time.sleep(0.02)
-
-
-@pytest.fixture
-def per_host_peak(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """The most requests the dev server had at once (it serves one host), each from its
-    arrival until its answer starts: the crawl cannot have a response before that, so
-    the crawl had at least as many requests in flight. A path ending in ``stuck.html`` is
-    not counted: the crawl gives up on it at its timeout, the server goes on sleeping."""
-    peak: Counter[str] = Counter()
-    lock = threading.Lock()
-    now = [0]
-    original_get = devserver._Handler.do_GET
-    original_send = devserver._Handler.send_response
-
-    def answered(handler: Any) -> None:
-        with lock:
-            if getattr(handler, "counted", False):
-                handler.counted = False
-                now[0] -= 1
-
-    def do_get(handler: Any) -> None:
-        handler.counted = not handler.path.endswith("stuck.html")
-        with lock:
-            now[0] += handler.counted
-            peak["max"] = max(peak["max"], now[0])
-        try:
-            original_get(handler)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the crawl timed out and closed the connection
-        finally:
-            answered(handler)
-
-    def send_response(handler: Any, *args: Any, **kwargs: Any) -> None:
-        answered(handler)
-        original_send(handler, *args, **kwargs)
-
-    monkeypatch.setattr(devserver._Handler, "do_GET", do_get)
-    monkeypatch.setattr(devserver._Handler, "send_response", send_response)
-    return peak
 
 
 # --- a job of 50 lines ------------------------------------------------------------------
@@ -165,7 +138,7 @@ def test_a_job_of_50_urls(site: tuple[Site, SiteServer], project: Imports, per_h
     site_.put("/empty.html", "<html><head><title>Nothing</title></head><body></body></html>")
 
     # Three articles stored by an earlier job.
-    first, _ = imports.create_job(project.db, "\n".join(url(f"/a/{n}.html") for n in range(3)))
+    first, _ = project.create_job("\n".join(url(f"/a/{n}.html") for n in range(3)))
     project.run(f"job={first}", settings={"VESTI_PROCESS_POOL_WORKERS": 0})
     assert [state for _, state, _, _ in project.items(first)] == ["saved"] * 3
     stored = {u: post for u, _, post, _ in project.items(first)}
@@ -211,7 +184,7 @@ def test_a_job_of_50_urls(site: tuple[Site, SiteServer], project: Imports, per_h
     line(url("/copy/26.html"), "same-as-26")  # /a/26.html is in the job too
     assert len([x for x in lines if x.strip()]) == 50
 
-    job_id, parsed = imports.create_job(project.db, "\n".join(lines))
+    job_id, parsed = project.create_job("\n".join(lines))
     assert (len(parsed.valid), len(parsed.invalid), len(parsed.duplicates)) == (43, 4, 3)
     result = project.run(settings={"DOWNLOAD_TIMEOUT": 2})
 
@@ -244,7 +217,7 @@ def test_a_job_of_50_urls(site: tuple[Site, SiteServer], project: Imports, per_h
     assert by_url[url("/a/0.html")][1] == stored[url("/a/0.html")]
     assert by_url[url("/mirror/2.html")][1] == stored[url("/a/2.html")]
 
-    job = imports.get_job(project.db, job_id)
+    job = project.job(job_id)
     assert job.status == "done" and job.finished_at is not None and job.leased_by is None
     assert (job.total, job.saved, job.duplicate, job.warning, job.error) == (43, 29, 4, 2, 8)
     assert (job.pending, job.extracting, job.cancelled, job.rejected) == (0, 0, 0, 7)
@@ -298,7 +271,7 @@ def test_per_host_concurrency(
         site_.put(f"/s/{n}.html", article(n), delay=0.3)
     job_id = create(project, server, "s", 8)
     project.run(settings={"VESTI_PROCESS_POOL_WORKERS": 0})
-    assert imports.get_job(project.db, job_id).saved == 8
+    assert project.job(job_id).saved == 8
     assert per_host_peak["max"] == 2  # VESTI_IMPORT_CONCURRENCY_PER_HOST
 
 
@@ -315,9 +288,7 @@ def test_kill_9_then_the_next_crawl_resumes(
     site_, server = site
     for n in range(30):
         site_.put(f"/a/{n}.html", article(n), delay=0.1)
-    job_id, _ = imports.create_job(
-        project.db, "\n".join(server.url(f"/a/{n}.html") for n in range(30))
-    )
+    job_id, _ = project.create_job("\n".join(server.url(f"/a/{n}.html") for n in range(30)))
     saved = "SELECT count(*) FROM import_items WHERE state = 'saved'"
     lease = {"VESTI_IMPORT_LEASE_SECONDS": 6}
     process = project.start(settings={"VESTI_IMPORT_IN_FLIGHT": 4, **lease})
@@ -325,7 +296,7 @@ def test_kill_9_then_the_next_crawl_resumes(
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
     assert project.count(saved) < 30, "killed too late to test anything"
-    job = imports.get_job(project.db, job_id)
+    job = project.job(job_id)
     assert job.status == "running" and job.leased_by is not None  # nobody released it
     assert_counters_exact(project.db)
 
@@ -338,14 +309,14 @@ def test_kill_9_then_the_next_crawl_resumes(
         early = project.run(settings=lease)
         assert "is being processed by elsewhere:1:abc" not in early.stderr  # not named
         assert "Nothing to import: no runnable job" in early.stderr
-        job = imports.get_job(project.db, job_id)
+        job = project.job(job_id)
         assert job.leased_by == "elsewhere:1:abc" and job.active
         until = datetime.strptime(job.leased_until, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
         time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 0.1)
     # Else the killed crawl ran on this host and its process is gone: taken over at once.
     result = project.run(settings=lease)
     assert f"Import job(s) {job_id} taken by" in result.stderr
-    job = imports.get_job(project.db, job_id)
+    job = project.job(job_id)
     assert (job.status, job.saved, job.total) == ("done", 30, 30)
     assert_counters_exact(project.db)
     # Nothing stored twice, nothing lost.
@@ -361,8 +332,8 @@ def test_kill_9_then_the_next_crawl_resumes(
 
 
 def create(project: Imports, server: SiteServer, prefix: str, count: int) -> int:
-    job_id, _ = imports.create_job(
-        project.db, "\n".join(server.url(f"/{prefix}/{n}.html") for n in range(count))
+    job_id, _ = project.create_job(
+        "\n".join(server.url(f"/{prefix}/{n}.html") for n in range(count))
     )
     assert job_id is not None
     return job_id
@@ -379,10 +350,10 @@ def test_pause_then_resume(site: tuple[Site, SiteServer], project: Imports) -> N
     # 8 items claimed at a time, 2 sent (one host): pausing gives the others back.
     process = project.start(settings={"VESTI_PROCESS_POOL_WORKERS": 0})
     wait_for(lambda: project.count(saved, paused) >= 2, process, "2 saved")
-    assert imports.pause_job(project.db, paused).status == "paused"
+    assert project.act("pause", paused).status == "paused"
     assert process.wait(timeout=120) == 0  # it finishes the other job, then stops
 
-    job = imports.get_job(project.db, paused)
+    job = project.job(paused)
     assert job.status == "paused" and job.leased_by is None
     assert job.extracting == 0 and 2 <= job.saved <= 6 and job.pending == 12 - job.saved
     attempts = project.query(
@@ -390,13 +361,13 @@ def test_pause_then_resume(site: tuple[Site, SiteServer], project: Imports) -> N
         paused,
     )
     assert attempts == [(0,)]  # claimed but never sent: no attempt counted
-    assert imports.get_job(project.db, other).status == "done"
+    assert project.job(other).status == "done"
     assert_counters_exact(project.db)
 
     assert "Nothing to import" in project.run().stderr  # a paused job is not runnable
-    assert imports.resume_job(project.db, paused).status == "queued"
+    assert project.act("resume", paused).status == "queued"
     project.run(f"job={paused}", settings={"VESTI_PROCESS_POOL_WORKERS": 0})
-    job = imports.get_job(project.db, paused)
+    job = project.job(paused)
     assert (job.status, job.saved, job.pending) == ("done", 12, 0)
     assert_counters_exact(project.db)
     assert project.count("SELECT count(*) FROM posts") == 24
@@ -410,18 +381,18 @@ def test_cancel_a_running_job(site: tuple[Site, SiteServer], project: Imports) -
     saved = "SELECT count(*) FROM import_items WHERE state = 'saved'"
     process = project.start(settings={"VESTI_IMPORT_IN_FLIGHT": 2, "VESTI_PROCESS_POOL_WORKERS": 0})
     wait_for(lambda: project.count(saved) >= 2, process, "2 saved")
-    job = imports.cancel_job(project.db, job_id)
+    job = project.act("cancel", job_id)
     assert job.status == "cancelled"
     assert process.wait(timeout=60) == 0
-    job = imports.get_job(project.db, job_id)
+    job = project.job(job_id)
     # The items in flight when it was cancelled finished with their real outcome.
     assert job.status == "cancelled" and job.finished_at is not None and job.leased_by is None
     assert job.pending == job.extracting == 0
     assert job.saved >= 2 and job.cancelled >= 1 and job.saved + job.cancelled == 12
     assert project.count("SELECT count(*) FROM posts") == job.saved
     assert_counters_exact(project.db)
-    with pytest.raises(imports.JobStateError):
-        imports.resume_job(project.db, job_id)
+    with pytest.raises(JobStateError):
+        project.act("resume", job_id)
 
 
 def test_retry_failed(site: tuple[Site, SiteServer], project: Imports) -> None:
@@ -429,14 +400,14 @@ def test_retry_failed(site: tuple[Site, SiteServer], project: Imports) -> None:
     site_.put("/r/0.html", article(0))
     job_id = create(project, server, "r", 3)  # /r/1.html and /r/2.html are missing
     project.run(settings={"VESTI_PROCESS_POOL_WORKERS": 0})
-    job = imports.get_job(project.db, job_id)
+    job = project.job(job_id)
     assert (job.status, job.saved, job.error) == ("done", 1, 2)
     site_.put("/r/1.html", article(1))
     site_.put("/r/2.html", article(2))
-    job, reset = imports.retry_failed(project.db, job_id)
+    job, reset = project.act("retry_failed", job_id)
     assert (reset, job.status, job.pending) == (2, "queued", 2)
     project.run(settings={"VESTI_PROCESS_POOL_WORKERS": 0})
-    job = imports.get_job(project.db, job_id)
+    job = project.job(job_id)
     assert (job.status, job.saved, job.error) == ("done", 3, 0)
     assert site_.hits("/r/0.html") == Counter({200: 1})  # not fetched again
     assert_counters_exact(project.db)
@@ -459,7 +430,7 @@ def test_private_addresses_are_refused_even_after_redirects(
     site_.put("/to-intranet", "", status=301, headers={"Location": "http://10.255.255.1/admin"})
     site_.put("/to-file", "", status=302, headers={"Location": "file:///etc/passwd"})  # fmt: skip
     urls = [server.url(p) for p in ("/ok.html", "/to-metadata", "/to-intranet", "/to-file")]
-    job_id, _ = imports.create_job(project.db, "\n".join(urls))
+    job_id, _ = project.create_job("\n".join(urls))
     no_pool = {"VESTI_PROCESS_POOL_WORKERS": 0}
 
     # By default 127.0.0.1 itself is refused: the server never sees a request.
@@ -469,7 +440,7 @@ def test_private_addresses_are_refused_even_after_redirects(
     assert site_.log == []
 
     # Allowing the test server's address only: every redirect hop is checked as well.
-    imports.retry_failed(project.db, job_id)
+    project.act("retry_failed", job_id)
     project.run(
         settings=no_pool, VESTI_IMPORT_ALLOW_PRIVATE="0", VESTI_IMPORT_ALLOW_NETWORKS="127.0.0.1/32"
     )
@@ -494,8 +465,8 @@ def test_spawn_crawl_runs_in_the_background(
     job_id = create(project, server, "b", 1)
     monkeypatch.setenv("VESTI_IMPORT_ALLOW_PRIVATE", "1")
     monkeypatch.setenv("VESTI_PROCESS_POOL_WORKERS", "0")
-    process = imports.spawn_crawl(project.db, job_id)
+    process = spawn_urls_crawl(project.db, job_id)
     assert process.wait(timeout=60) == 0
-    assert imports.get_job(project.db, job_id).status == "done"
+    assert project.job(job_id).status == "done"
     (log,) = (project.db.parent / "logs").glob("urls-*.log")
     assert f"Import job {job_id}: done, 1/1 done" in log.read_text()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, REPO, Project, source_entry
+from conftest import FIXTURES, REPO, Project, require, source_entry
 from fake_scrapyd import FakeScrapyd
 
 from vesti_scrapy import scheduler
@@ -195,8 +195,7 @@ def test_print_cron_is_a_working_line_that_skips_while_a_crawl_runs(feeds, proje
     assert f"flock -n {shlex.quote(str(lock))} " in line
     assert f"{sys.executable} -m scrapy crawl feeds -a due=1 -a trigger=schedule" in line
     assert f"VESTI_SOURCES={project.sources}" in line
-    if shutil.which("flock") is None:
-        pytest.skip("flock(1) (util-linux) is not installed")
+    require(shutil.which("flock"), "flock(1) (util-linux) is not installed")
     # What cron would run: its environment is nearly empty.
     command = line.removeprefix("* * * * * ")
     cron_env = {"PATH": "/usr/bin:/bin", "HOME": str(project.root), "SHELL": "/bin/sh"}

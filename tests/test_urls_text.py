@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from vesti_scrapy.text import canonical_text, html_to_text, normalize_whitespace, text_sha256
+from vesti_scrapy.text import (
+    Fingerprint,
+    canonical_text,
+    fingerprint,
+    html_to_text,
+    normalize_whitespace,
+    text_sha256,
+)
 from vesti_scrapy.urls import normalize_url
 
 # --- normalize_url ------------------------------------------------------------------------
@@ -208,3 +215,33 @@ def test_html_and_its_text_hash_alike():
     assert text_sha256(html_to_text(html)) == text_sha256(
         "The kernel 6.19 release adds a new scheduler."
     )
+
+
+# --- control characters -------------------------------------------------------------------
+
+CONTROLS = "".join(chr(c) for c in range(0x20) if chr(c) not in "\t\n\r") + "\x7f"
+
+
+def test_control_characters_are_removed_from_plain_text_and_markup():
+    assert normalize_whitespace(f"Ker{CONTROLS}nel") == "Kernel"
+    assert html_to_text(f"Ker{CONTROLS}nel") == "Kernel"
+    assert html_to_text(f"<p>Ker{CONTROLS}nel</p><p>b\x00c</p>") == "Kernel\n\nbc"
+    # Tab, line feed and carriage return are whitespace, not debris.
+    assert html_to_text("a\tb\r\nc") == "a b\nc"
+    assert html_to_text("<pre>a\x01\tb</pre>") == "a b"
+
+
+def test_character_references_to_control_characters_are_dropped():
+    # lxml refuses them inside a document; in a feed they are never text.
+    assert html_to_text("<p>a&#1;b&#x1F;c</p>") == "abc"
+    assert html_to_text("a&#1;b &#x1b;c") == "ab c"
+
+
+# --- fingerprints -------------------------------------------------------------------------
+
+
+def test_fingerprint_is_the_hash_and_length_of_the_canonical_text():
+    text = "  The kernel\n\n6.19   release  "
+    found = fingerprint(text)
+    assert found == Fingerprint(text_sha256(text), len("The kernel 6.19 release"))
+    assert fingerprint(html_to_text("<p>The kernel</p><p>6.19 release</p>")) == found

@@ -8,7 +8,8 @@ takes a screenshot of each page at phone and desktop widths (into tmp_path, and 
 VESTI_UPDATE_SCREENSHOTS=1, which is how the README's pictures are made).
 
 Playwright's own browser download cannot work here: the test launches /usr/bin/chromium
-(`apt-get install chromium`, which .ci/run does) and is skipped only when it is missing.
+(`apt-get install chromium`, which .ci/run does). Without it the tests fail in CI and are
+skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, require
 from test_web import XSS, seed_database
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,9 +42,10 @@ DESKTOP = {"width": 1280, "height": 860}
 PHONE = {"width": 390, "height": 844}
 DOCS = REPO / "docs"
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason=f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run installs it)",
+require(
+    CHROMIUM.exists(),
+    f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run installs it)",
+    module=True,
 )
 
 

@@ -150,7 +150,13 @@ def _import_legacy(storage: Storage, directory: Path, spider: str) -> None:
         keys = {key.decode("utf-8", "replace") for key in _legacy_keys(directory, spider)}
         # Only pages whose post this database holds: the folder may have outlived it (a
         # deleted or restored database), and a key without its post would lose an entry.
-        storage.posts.add_fetched_if_stored(sorted(keys))
+        imported = storage.posts.add_fetched_if_stored(sorted(keys))
         for path in files:
             path.unlink(missing_ok=True)
-    logger.info("Imported %d key(s) of the old DeltaFetch index in %s", len(keys), directory)
+    logger.info(
+        "Imported %d of the %d key(s) of the old DeltaFetch index in %s (the others' posts "
+        "are not in this database)",
+        imported,
+        len(keys),
+        directory,
+    )

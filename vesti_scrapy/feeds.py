@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import re
 import time
 import xml.sax
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from urllib.parse import urljoin
 
 from vesti_scrapy.text import Fingerprint, fingerprint, html_to_text, normalize_whitespace
 from vesti_scrapy.urls import normalize_url
+
+# "Mer, " or "Mi., ": a weekday, in any language, before an RFC 822 date.
+_LEADING_WEEKDAY = re.compile(r"\s*[^\W\d_]{2,}\.?,\s*")
 
 
 class FeedError(Exception):
@@ -108,7 +112,12 @@ def parse_date(raw: str | None) -> str | None:
     try:
         parsed = dateparser.parse(raw)
     except (ValueError, OverflowError, dateparser.ParserError):
-        return None
+        # An RFC 822 date whose weekday is not English ("mer, 16 nov 2022 ..."): the
+        # weekday says nothing the date does not.
+        weekday = _LEADING_WEEKDAY.match(raw)
+        if weekday is None:
+            return None
+        return parse_date(raw[weekday.end() :])
     if parsed is None:
         return None
     if parsed.tzinfo is None:

@@ -15,8 +15,9 @@ database handles; it preloads the parsers (third-party modules only: under scrap
 own modules must come from the deployed egg, which the fork server of Python 3.11 does
 not see). Jobs get plain data and module-level functions; the jobs in flight are
 bounded, so bodies never pile up in memory. A worker that dies (killed, out of memory)
-costs only the job it was on; the pool starts another. With
-``VESTI_PROCESS_POOL_WORKERS = 0`` every call runs inline, in the crawl process.
+costs only the job it was on; the pool starts another; a crawl killed outright takes
+its workers with it. With ``VESTI_PROCESS_POOL_WORKERS = 0``, or when no process can be
+started, every call runs inline, in the crawl process.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import asyncio
 import logging
 import multiprocessing
 import os
+from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from scrapy import signals
@@ -75,7 +77,8 @@ class CpuPool:
         return pool
 
     def spider_opened(self, spider: Spider) -> None:
-        self._slots = asyncio.Semaphore(self.workers * self.jobs_per_worker)
+        if self.workers > 0:
+            self._slots = asyncio.Semaphore(self.workers * self.jobs_per_worker)
 
     async def run(self, fn: Callable[P, R], *args: Any) -> R:
         """``fn(*args)`` in a worker process (inline when there is no pool)."""
@@ -91,9 +94,11 @@ class CpuPool:
                 )
             try:
                 self.pool = pool = await self._started
-            except OSError as exc:  # no process to be had: a limit, out of memory
-                logger.error("Could not start worker processes (%s); parsing inline", exc)
-                self._slots = None
+            except (OSError, BrokenProcessPool) as exc:  # a process limit, out of memory
+                if self._slots is not None:
+                    reason = exc.__cause__ or exc.__context__ or exc
+                    logger.error("Could not start worker processes (%r); parsing inline", reason)
+                    self._slots = None
                 return fn(*args)
             # Imported by _start with the pool: a crawl of 304s never imports pebble.
             from pebble import ProcessExpired
@@ -126,8 +131,17 @@ def _start(workers: int) -> ProcessPool:
     waiting for the fork server."""
     from pebble import ProcessPool
 
+    from vesti_scrapy.worker_process import die_with_crawl
+
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
-    pool = ProcessPool(max_workers=workers, context=context)
-    pool.schedule(os.getpid)
+    pool = ProcessPool(
+        max_workers=workers, context=context, initializer=die_with_crawl, initargs=(os.getpid(),)
+    )
+    try:
+        pool.schedule(os.getpid)
+    except BaseException:
+        pool.stop()
+        raise
+    logger.info("Parsing and extraction run in %d worker process(es)", workers)
     return pool

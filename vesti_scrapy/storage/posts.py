@@ -123,16 +123,19 @@ class Posts:
             [(key, now) for key in keys],
         )
 
-    def add_fetched_if_stored(self, keys: Sequence[str]) -> None:
-        """Those of these keys whose post (the same canonical URL) is stored."""
+    def add_fetched_if_stored(self, keys: Sequence[str]) -> int:
+        """Those of these keys whose post (the same canonical URL) is stored; how many
+        were added."""
         now = utcnow()
+        added = 0
         for chunk in _chunks(keys):
-            self.db.execute(
+            added += self.db.execute(
                 "INSERT INTO fetched_articles (key, fetched_at) "
                 f"SELECT canonical_url, ? FROM posts WHERE canonical_url IN "
                 f"({', '.join('?' for _ in chunk)}) ON CONFLICT DO NOTHING",
                 [now, *chunk],
-            )
+            ).rowcount
+        return added
 
     def forget_fetched(self) -> None:
         """Every article page counts as never fetched (DELTAFETCH_RESET)."""
