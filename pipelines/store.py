@@ -147,11 +147,11 @@ class StorePipeline:
         assert self.database is not None
         batch, self.batch = self.batch, Batch()
         keys = self.database.fetched_articles.take([post.canonical_url for post in batch.posts])
-        write = asyncio.ensure_future(self.database.run(self._write, batch, keys))
+        write = asyncio.ensure_future(self.database.run(self.write_batch, batch, keys))
         write.add_done_callback(self._written)
         self.writes.append(write)
 
-    def _write(self, storage: Storage, batch: Batch, fetched_keys: list[str]) -> Written:
+    def write_batch(self, storage: Storage, batch: Batch, fetched_keys: list[str]) -> Written:
         """On the database thread: one transaction."""
         with storage.transaction():
             if any(post.source not in self.source_ids for post in batch.posts):
@@ -182,37 +182,10 @@ class StorePipeline:
         return Written(sum(new.values()), sum(known.values()), recorded)
 
     def _record_results(self, storage: Storage, results: list[FeedResult]) -> None:
-        if not results:
-            return
-        now = datetime.now(UTC).replace(microsecond=0)
-        states = storage.sources.states(result.source for result in results)
-        runs = []
         for result in results:
             result.new = self.committed_new.pop(result.source, 0)
             result.known += self.committed_known.pop(result.source, 0)
-            states[result.source] = polling.apply_result(
-                states[result.source],
-                result,
-                interval=polling.interval_seconds(result.priority),
-                dead_after=self.dead_after,
-                now=now,
-            )
-            runs.append(
-                RunRecord(
-                    source=result.source,
-                    trigger=result.trigger,
-                    started_at=result.started_at,
-                    finished_at=iso(now),
-                    status=result.status,
-                    fetched=result.fetched,
-                    new=result.new,
-                    error=result.error,
-                    url=result.url or None,
-                    counted=result.counted,
-                )
-            )
-        storage.sources.save_states(states)
-        storage.sources.add_runs(runs)
+        record_results(storage, results, dead_after=self.dead_after)
 
     def _written(self, write: asyncio.Future[Written]) -> None:
         self.writes.remove(write)
@@ -229,6 +202,40 @@ class StorePipeline:
         assert self.database is not None
         logger.error("Writing a batch failed", exc_info=exc)
         self.database.fail(StorageError(f"writing a batch failed: {exc!r}"))
+
+
+def record_results(storage: Storage, results: list[FeedResult], *, dead_after: int) -> None:
+    """Feeds' results, in the caller's transaction: each feed's run, and its new state as
+    polling policy decides it."""
+    if not results:
+        return
+    now = datetime.now(UTC).replace(microsecond=0)
+    states = storage.sources.states(result.source for result in results)
+    runs = []
+    for result in results:
+        states[result.source] = polling.apply_result(
+            states[result.source],
+            result,
+            interval=polling.interval_seconds(result.priority),
+            dead_after=dead_after,
+            now=now,
+        )
+        runs.append(
+            RunRecord(
+                source=result.source,
+                trigger=result.trigger,
+                started_at=result.started_at,
+                finished_at=iso(now),
+                status=result.status,
+                fetched=result.fetched,
+                new=result.new,
+                error=result.error,
+                url=result.url or None,
+                counted=result.counted,
+            )
+        )
+    storage.sources.save_states(states)
+    storage.sources.add_runs(runs)
 
 
 def _add_fetched_if_stored(storage: Storage, keys: list[str]) -> None:

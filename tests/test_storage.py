@@ -98,7 +98,7 @@ def crawl_writes(
     of their feeds (a run each, the feed's state as polling policy decides it)."""
     crawler = get_crawler(settings_dict={"VESTI_DEAD_AFTER_ERRORS": dead_after})
     pipeline = StorePipeline(crawler, batch_size=100, dead_after=dead_after)
-    return pipeline._write(storage, Batch(posts=posts or [], results=results or []), [])
+    return pipeline.write_batch(storage, Batch(posts=posts or [], results=results or []), [])
 
 
 def canonical_urls(storage: Storage) -> list[str]:

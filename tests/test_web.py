@@ -22,7 +22,8 @@ from conftest import FIXTURES, REPO, Project, source_entry
 from fake_scrapyd import FakeScrapyd
 from fastapi.testclient import TestClient
 
-from vesti_scrapy import launch, polling
+from pipelines.store import record_results
+from vesti_scrapy import launch
 from vesti_scrapy.items import FeedResult
 from vesti_scrapy.launch import scrapyd as scrapyd_launch
 from vesti_scrapy.registry import parse_sources
@@ -30,7 +31,7 @@ from vesti_scrapy.storage import SCHEMA_VERSION, Storage, open_storage
 from vesti_scrapy.storage import sqlite as sqlite_storage
 from vesti_scrapy.storage.migrations.sqlite import MIGRATIONS, v004_posts_search
 from vesti_scrapy.storage.posts import fts_query
-from vesti_scrapy.storage.records import NewPost, RunRecord
+from vesti_scrapy.storage.records import NewPost
 from vesti_scrapy.text import text_sha256
 from vesti_scrapy.timefmt import iso
 from vesti_scrapy.web.app import WebConfig, create_app
@@ -81,41 +82,17 @@ def write(storage: Storage, posts: list[NewPost], results: list[FeedResult]) -> 
     """Posts and their feeds' results in one transaction, as a crawl's store pipeline
     writes them: a result's ``new`` counts its feed's posts inserted, and polling policy
     decides each feed's state."""
-    now = datetime.now(UTC).replace(microsecond=0)
     priorities = {row.slug: row.priority for row in storage.sources.all()}
     with storage.transaction():
         ids = storage.posts.insert(posts, storage.sources.ids())
-        states = storage.sources.states(result.source for result in results)
-        runs = []
         for result in results:
+            result.priority = priorities[result.source]
             result.new += sum(
                 1
                 for post, post_id in zip(posts, ids, strict=True)
                 if post_id and post.source == result.source
             )
-            states[result.source] = polling.apply_result(
-                states[result.source],
-                result,
-                interval=polling.interval_seconds(priorities[result.source]),
-                dead_after=DEAD_AFTER,
-                now=now,
-            )
-            runs.append(
-                RunRecord(
-                    source=result.source,
-                    trigger=result.trigger,
-                    started_at=result.started_at,
-                    finished_at=iso(now),
-                    status=result.status,
-                    fetched=result.fetched,
-                    new=result.new,
-                    error=result.error,
-                    url=result.url or None,
-                    counted=result.counted,
-                )
-            )
-        storage.sources.save_states(states)
-        storage.sources.add_runs(runs)
+        record_results(storage, results, dead_after=DEAD_AFTER)
 
 
 def execute(db: Path, *statements: tuple[str, tuple[Any, ...]]) -> None:
