@@ -71,9 +71,10 @@ def stat(log: str, name: str) -> int:
     return int(found[-1]) if found else 0
 
 
-def assert_counters_exact(db: str | os.PathLike[str] | sqlite3.Connection) -> None:
+def assert_counters_exact(db: str | os.PathLike[str] | Storage) -> None:
     """Every import job's counters equal the number of its items in each state."""
-    conn = db if isinstance(db, sqlite3.Connection) else sqlite3.connect(db)
+    conn = db.db.conn if isinstance(db, Storage) else sqlite3.connect(db)
+    row_factory = conn.row_factory
     try:
         conn.row_factory = sqlite3.Row
         for job in conn.execute("SELECT * FROM import_jobs").fetchall():
@@ -87,8 +88,8 @@ def assert_counters_exact(db: str | os.PathLike[str] | sqlite3.Connection) -> No
             assert expected == actual, f"job {job['id']}"
             assert job["total"] == sum(actual.values())
     finally:
-        conn.row_factory = None
-        if conn is not db:
+        conn.row_factory = row_factory
+        if not isinstance(db, Storage):
             conn.close()
 
 
