@@ -19,10 +19,8 @@ previous version's SQLite file) is imported once, the keys whose post is stored.
 
 from __future__ import annotations
 
-import dbm
 import logging
-import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +32,7 @@ from scrapy_deltafetch.middleware import DeltaFetch
 from vesti_scrapy.extensions.database import CrawlDatabase
 from vesti_scrapy.signals import request_skipped
 from vesti_scrapy.storage import StorageError
+from vesti_scrapy.storage.legacy import import_deltafetch_index
 
 if TYPE_CHECKING:
     from typing import Self
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from vesti_scrapy.storage import Storage
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +85,7 @@ class ArticleDeltaFetch(DeltaFetch):
         self.spider = spider
         reset = self.reset or getattr(spider, "deltafetch_reset", False)
         try:
-            await database.run(_import_legacy, Path(self.dir), spider.name)
+            await database.run(import_deltafetch_index, Path(self.dir), spider.name)
             if reset:
                 await database.run(lambda storage: storage.posts.forget_fetched())
         except StorageError:
@@ -106,57 +104,3 @@ class ArticleDeltaFetch(DeltaFetch):
                 yield passed
             if not kept and isinstance(output, Request):
                 self.crawler.signals.send_catch_log(signal=request_skipped, request=output)
-
-
-def _legacy_files(directory: Path, spider: str) -> list[Path]:
-    if not directory.is_dir():
-        return []
-    return sorted(
-        path
-        for path in directory.iterdir()
-        if path.name.startswith((f"{spider}.db", f"{spider}.sqlite")) and path.suffix != ".lock"
-    )
-
-
-def _legacy_keys(directory: Path, spider: str) -> Iterable[bytes]:
-    dbm_index = directory / f"{spider}.db"
-    if any(path.name.startswith(dbm_index.name) for path in directory.iterdir()):
-        try:
-            with dbm.open(str(dbm_index), "r") as index:
-                yield from index.keys()
-        except Exception as exc:  # any dbm backend's "cannot read this file"
-            logger.warning("Old DeltaFetch index %s is unreadable (%s); dropped", dbm_index, exc)
-    sqlite_index = directory / f"{spider}.sqlite"
-    if sqlite_index.exists():
-        try:
-            conn = sqlite3.connect(f"file:{sqlite_index}?mode=ro", uri=True)
-            try:
-                yield from (row[0] for row in conn.execute("SELECT key FROM fetched"))
-            finally:
-                conn.close()
-        except sqlite3.DatabaseError as exc:
-            logger.warning("Old DeltaFetch index %s is unreadable (%s); dropped", sqlite_index, exc)
-
-
-def _import_legacy(storage: Storage, directory: Path, spider: str) -> None:
-    """Keys of an index beside the database, into it, once: under the write lock, so
-    that of two crawls starting at once the second finds the files gone."""
-    if not _legacy_files(directory, spider):
-        return
-    with storage.transaction():
-        files = _legacy_files(directory, spider)
-        if not files:
-            return
-        keys = {key.decode("utf-8", "replace") for key in _legacy_keys(directory, spider)}
-        # Only pages whose post this database holds: the folder may have outlived it (a
-        # deleted or restored database), and a key without its post would lose an entry.
-        imported = storage.posts.add_fetched_if_stored(sorted(keys))
-        for path in files:
-            path.unlink(missing_ok=True)
-    logger.info(
-        "Imported %d of the %d key(s) of the old DeltaFetch index in %s (the others' posts "
-        "are not in this database)",
-        imported,
-        len(keys),
-        directory,
-    )
