@@ -378,13 +378,16 @@ class FeedsSpider(scrapy.Spider):
         self.crawler.stats.inc_value("articles/failed")
         yield from self._article_done(post)
 
-    def article_skipped(self, request: Request) -> None:
-        """DeltaFetch dropped an article request: its entry's post is stored already."""
+    def article_skipped(self, request: Request) -> FeedResult | None:
+        """DeltaFetch dropped an article request: its entry's post is stored already.
+        Returns the feed's result when that was the last article it waited for (DeltaFetch
+        passes it on in the callback's output)."""
         post = request.cb_kwargs.get("post")
         progress = self._feeds.get(post.source) if isinstance(post, PostItem) else None
-        if progress is not None:
-            progress.result.known += 1  # the summary counts it with the duplicates
-            self._article_settled(post.source)
+        if progress is None:
+            return None
+        progress.result.known += 1  # the summary counts it with the duplicates
+        return self._article_settled(post.source)
 
     def _article_done(self, post: PostItem) -> Iterator[Any]:
         yield _ensure_text(post)

@@ -28,6 +28,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.http import Request
 from scrapy_deltafetch.middleware import DeltaFetch
+from twisted.python.failure import Failure
 
 from vesti_scrapy.extensions.database import CrawlDatabase
 from vesti_scrapy.signals import request_skipped
@@ -94,13 +95,26 @@ class ArticleDeltaFetch(DeltaFetch):
     async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
-        async for output in result:
-            key = output.meta.get("deltafetch_key") if isinstance(output, Request) else None
-            if key:
-                await self.db.look_up(key)
+        # A response's output is looked up at once (a feed's article requests: one query,
+        # not one wait on the database per request), then judged by upstream's logic.
+        outputs = [output async for output in result]
+        keys = [
+            output.meta["deltafetch_key"]
+            for output in outputs
+            if isinstance(output, Request) and output.meta.get("deltafetch_key")
+        ]
+        if keys:
+            await self.db.look_up(keys)
+        for output in outputs:
             kept = False
             for passed in self.process_spider_output(response, (output,), self.spider):
                 kept = True
                 yield passed
             if not kept and isinstance(output, Request):
-                self.crawler.signals.send_catch_log(signal=request_skipped, request=output)
+                # What the spider gives for it (the feed's result, once this was the last
+                # of its articles) goes on in the output.
+                for _, given in self.crawler.signals.send_catch_log(
+                    signal=request_skipped, request=output
+                ):
+                    if given is not None and not isinstance(given, Failure):
+                        yield given

@@ -150,14 +150,17 @@ class FetchedArticles:
         self.pending: set[str] = set()
         self._asked: dict[str, asyncio.Future[None]] = {}
 
-    async def look_up(self, key: str) -> None:
+    async def look_up(self, keys: list[str]) -> None:
         loop = asyncio.get_running_loop()
         if not self._asked:
             loop.call_soon(self._ask)
-        answer = self._asked.get(key)
-        if answer is None:
-            answer = self._asked[key] = loop.create_future()
-        await answer
+        answers = []
+        for key in keys:
+            answer = self._asked.get(key)
+            if answer is None:
+                answer = self._asked[key] = loop.create_future()
+            answers.append(answer)
+        await asyncio.gather(*answers)
 
     def _ask(self) -> None:
         asked, self._asked = self._asked, {}
