@@ -58,6 +58,8 @@ class FeedClaims:
     async def claim(self, feeds: Sequence[tuple[str, str, T]]) -> list[T]:
         """Of ``feeds`` (slug, URL to poll, anything), those this crawl now holds; the
         feeds of one host are claimed together."""
+        if not feeds:
+            return []
         by_host: defaultdict[str, list[str]] = defaultdict(list)
         for slug, url, _ in feeds:
             by_host[(urlsplit(url).hostname or "").lower()].append(slug)
