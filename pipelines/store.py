@@ -186,6 +186,9 @@ class StorePipeline:
             result.new = self.committed_new.pop(result.source, 0)
             result.known += self.committed_known.pop(result.source, 0)
         record_results(storage, results, dead_after=self.dead_after)
+        if self.database is not None:
+            # Polled to the end and stored: the feed is free for the next crawl to poll.
+            storage.feed_leases.release([r.source for r in results], self.database.holder)
 
     def _written(self, write: asyncio.Future[Written]) -> None:
         self.writes.remove(write)

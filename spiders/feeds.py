@@ -36,6 +36,7 @@ from vesti_scrapy import polling
 from vesti_scrapy.arguments import CrawlArguments
 from vesti_scrapy.extensions.cpu import CpuPool, JobLost
 from vesti_scrapy.extensions.database import CrawlDatabase
+from vesti_scrapy.extensions.feed_claims import FeedClaims
 from vesti_scrapy.feeds import Entry, FeedError, parse_feed
 from vesti_scrapy.items import FeedResult, PostItem
 from vesti_scrapy.registry import Source, load_sources
@@ -134,7 +135,8 @@ class FeedsSpider(scrapy.Spider):
     # --- which feeds -------------------------------------------------------------------
     async def _select(self) -> list[tuple[Source, str]]:
         """Sync the registry into the database and pick the feeds this crawl polls, each
-        with the URL to poll (a permanent redirect adopted earlier, else its feed_url)."""
+        with the URL to poll (a permanent redirect adopted earlier, else its feed_url):
+        the due ones, of those no other crawl is polling."""
         matching = [s for s in self.registry if self.arguments.matches(s)]
         if self.arguments.dry_run:  # no database: every matching feed, at its feed_url
             return [(s, s.feed_url) for s in matching if s.feed_url]
@@ -158,7 +160,11 @@ class FeedsSpider(scrapy.Spider):
         for slug in dead:
             logger.info("Skipping dead source %s (name it with -a source= to try it)", slug)
         self.crawler.stats.set_value("feeds/skipped_dead", len(dead))
-        return selected
+        claims = self.crawler.get_extension(FeedClaims)
+        try:
+            return await claims.claim([(s.slug, url, (s, url)) for s, url in selected])
+        except StorageError:
+            return []
 
     async def start(self) -> AsyncIterator[Request]:
         feeds = await self._select()

@@ -113,3 +113,45 @@ def test_per_host_politeness_holds_for_feeds_and_article_pages_in_bursts(
     assert len(site_.log) == feeds * (entries + 1)  # every feed and page, once
     # Never more than 2 at once at the server, and the crawl did use both places.
     assert per_host_peak["max"] == 2
+
+
+def test_two_crawls_of_the_same_feeds_at_once_poll_each_feed_once(site, project):
+    # Both crawls want every feed; the feeds answer slowly, so the first crawl still
+    # holds them when the second starts. Whichever claims first polls them all.
+    site_, server = site
+    for direction in DIRECTIONS:
+        site_.put(f"/{direction}.rss", feed_xml(server.base_url, direction), delay=0.5)
+        for n in range(PER_FEED):
+            site_.put(f"/{direction}/{n}.html", article(direction, n))
+    project.write_sources(
+        [source_entry(d, server.url(f"/{d}.rss"), direction=d) for d in DIRECTIONS]
+    )
+    project.crawl("source=linux")  # the database exists: both crawls start alike
+
+    crawls = [
+        subprocess.Popen(
+            project.crawl_command(),
+            cwd=REPO,
+            env=project.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    logs = []
+    for crawl in crawls:
+        _, stderr = crawl.communicate(timeout=120)
+        assert crawl.returncode == 0, stderr[-3000:]
+        logs.append(stderr)
+
+    assert site_.hits("/tech.rss") == {200: 1}
+    assert sum(site_.hits("/linux.rss").values()) == 2  # the first crawl, then one more
+    skipped = [log for log in logs if "2 feed(s) leased elsewhere" in log]
+    assert len(skipped) == 1, "one crawl polled both feeds, the other skipped both"
+    assert project.query("SELECT direction, count(*) FROM posts GROUP BY direction") == [
+        ("linux", PER_FEED),
+        ("tech", PER_FEED),
+    ]
+    # Every lease was given back with its feed's result.
+    assert project.query("SELECT count(*) FROM feed_leases") == [(0,)]

@@ -41,6 +41,9 @@ VESTI_PROCESS_POOL_WORKERS = int(os.environ.get("VESTI_PROCESS_POOL_WORKERS", os
 VESTI_PROCESS_POOL_JOB_TIMEOUT = 120
 # Consecutive errors after which a source is marked dead.
 VESTI_DEAD_AFTER_ERRORS = 5
+# Seconds a crawl's claim on the feeds it polls lasts unless renewed (every third of it):
+# a crawl killed outright holds them this long, unless the next crawl runs on its host.
+VESTI_FEED_LEASE = float(os.environ.get("VESTI_FEED_LEASE", "600"))
 
 # --- Safety --------------------------------------------------------------------------
 # Both are on by default in Scrapy 2.19; the remote control runs Python sent to a local
@@ -107,6 +110,8 @@ EXTENSIONS = {
     # The crawl's database: opened with the spider, reached by everything else.
     "vesti_scrapy.extensions.database.CrawlDatabase": 100,
     "vesti_scrapy.extensions.cpu.CpuPool": 110,
+    # The feeds a crawl polls, leased so that no other crawl polls them meanwhile.
+    "vesti_scrapy.extensions.feed_claims.FeedClaims": 120,
     "vesti_scrapy.extensions.summary.CrawlSummary": 500,
     # Switched off above (TELNETCONSOLE_ENABLED, REMOTE_CONTROL_ENABLED).
     "scrapy.extensions.telnet.TelnetConsole": None,

@@ -9,7 +9,8 @@ while the reactor goes on downloading, and no query ever waits on the reactor's 
 behind a commit. One thread, so calls run in the order they were made.
 
 A crawl is registered in the database (``crawls``) as it opens, and its end as it
-closes; a crawl that finds an earlier one on this host died without an end checks the
+closes, when the leases it still holds on feeds are given back (:attr:`holder` names the
+crawl in leases); a crawl that finds an earlier one on this host died without an end checks the
 database's integrity first (storage/crawls.py). A storage fault stops the crawl: the
 crawl command prints it and exits 1.
 """
@@ -27,6 +28,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 
 from vesti_scrapy.storage import Storage, StorageError, open_storage
+from vesti_scrapy.storage.queue import new_holder
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -46,6 +48,8 @@ class CrawlDatabase:
         self.target = target
         self.storage: Storage | None = None
         self.crawl_id: int | None = None
+        # The crawl's name in the leases it holds (the feeds it polls).
+        self.holder = new_holder()
         # Set when the database failed: nothing more is written in this crawl.
         self.failure: StorageError | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="vesti-db")
@@ -118,13 +122,20 @@ class CrawlDatabase:
             try:
                 if self.crawl_id is not None:
                     await loop.run_in_executor(
-                        self._thread, storage.crawls.finish, self.crawl_id, reason
+                        self._thread, _finish, storage, self.crawl_id, self.holder, reason
                     )
             except StorageError as exc:
                 logger.warning("Could not record the end of the crawl: %s", exc)
             finally:
                 await loop.run_in_executor(self._thread, storage.close)
         self._thread.shutdown(wait=False)
+
+
+def _finish(storage: Storage, crawl_id: int, holder: str, reason: str) -> None:
+    """The crawl's end, and its leases on feeds it did not finish given back."""
+    with storage.transaction():
+        storage.feed_leases.release_holder(holder)
+        storage.crawls.finish(crawl_id, reason)
 
 
 class FetchedArticles:

@@ -42,8 +42,12 @@ class CrawlSummary:
             self.duplicates[item.source] += 1
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
+        elsewhere = self.crawler.stats.get_value("feeds/leased_elsewhere", 0)
+        leased = f"; {elsewhere} feed(s) leased elsewhere (another crawl polls them)"
         if not self.results:
-            logger.info("Crawl summary (%s): no feed completed", reason)
+            logger.info(
+                "Crawl summary (%s): no feed completed%s", reason, leased if elsewhere else ""
+            )
             return
         lines = [f"{'source':<24} {'status':<13} {'fetched':>7} {'new':>5} {'dup':>5}  error"]
         for r in sorted(self.results, key=lambda r: r.source):
@@ -55,6 +59,7 @@ class CrawlSummary:
         lines.append(
             f"{len(self.results)} feed(s): {counts['ok']} ok, {counts['not_modified']} not "
             f"modified, {counts['error']} error; {sum(r.new for r in self.results)} new post(s)"
+            + (leased if elsewhere else "")
         )
         logger.info("Crawl summary (%s):\n%s", reason, "\n".join(lines))
         if self.crawler.stats.get_value("feeds/network_down"):

@@ -8,10 +8,10 @@
 
 :class:`Storage` groups the repositories by concern (sources with their feed state and
 runs, posts with search and the fetched-article index, the lease queue of classification,
-import jobs, crawls, maintenance). Each method is one short transaction of its own, or
-joins the caller's :meth:`Storage.transaction`, so that what belongs together (a batch
-of posts, their feeds' results, their import outcomes) commits together. Callers never
-see SQL or a driver's exceptions: every fault is a :class:`StorageError`.
+import jobs, crawls and their leases on feeds, maintenance). Each method is one short
+transaction of its own, or joins the caller's :meth:`Storage.transaction`, so that what
+belongs together (a batch of posts, their feeds' results, their import outcomes) commits
+together. Callers never see SQL or a driver's exceptions: every fault is a :class:`StorageError`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 from vesti_scrapy.storage.crawls import Crawls
 from vesti_scrapy.storage.errors import StorageError
+from vesti_scrapy.storage.feed_leases import FeedLeases
 from vesti_scrapy.storage.imports import ImportJobs
 from vesti_scrapy.storage.maintenance import Maintenance
 from vesti_scrapy.storage.migrations.sqlite import SCHEMA_VERSION
@@ -43,6 +44,7 @@ class Storage:
         self.queue = ClassificationQueue(db)
         self.imports = ImportJobs(db)
         self.crawls = Crawls(db)
+        self.feed_leases = FeedLeases(db)
         self.maintenance = Maintenance(db)
 
     @property

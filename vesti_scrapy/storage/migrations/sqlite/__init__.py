@@ -13,6 +13,7 @@ from vesti_scrapy.storage.migrations.sqlite import (
     v005_imports,
     v006_drop_full_sha256_index,
     v007_crawls_and_fetched_articles,
+    v008_feed_leases,
 )
 
 MIGRATIONS: list[Callable[[Connection], None]] = [
@@ -23,5 +24,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     v005_imports.up,
     v006_drop_full_sha256_index.up,
     v007_crawls_and_fetched_articles.up,
+    v008_feed_leases.up,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,96 @@
+"""Feed leases (storage/feed_leases.py): a feed is polled by one crawl at a time. Two
+crawls' claims never share a feed, a host's feeds go to one crawl whole, and a lease
+left by a killed crawl is taken over when it runs out, or at once on its own host.
+Storage on tmp_path, no crawl process."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from test_unit_storage_crawls import dead_pid
+from vesti_scrapy.registry import Source
+from vesti_scrapy.storage import open_storage
+
+ALICE = f"{socket.gethostname()}:{__import__('os').getpid()}:aaaaaa"
+BOB = "other-node:4242:bbbbbb"  # another machine: its process cannot be looked at
+
+
+def source(slug: str) -> Source:
+    return Source(
+        slug=slug, name=slug, url=None, feed_url=f"http://{slug}.test/feed", channel=None,
+        crawler="rss", direction="tech", lang=None, priority="P1", enabled=True,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def storage(tmp_path: Path):
+    opened = open_storage(tmp_path / "vesti.db")
+    opened.sources.sync([source(slug) for slug in ("a1", "a2", "b1", "c1")])
+    yield opened
+    opened.close()
+
+
+def test_a_claimed_feed_is_skipped_by_a_second_crawl_until_given_back(storage):
+    first = storage.feed_leases.claim([["a1", "a2"], ["b1"]], ALICE, 600)
+    assert sorted(first.claimed) == ["a1", "a2", "b1"]
+    assert first.held_elsewhere == []
+
+    second = storage.feed_leases.claim([["b1"], ["c1"]], BOB, 600)
+    assert second.claimed == ["c1"]
+    assert second.held_elsewhere == ["b1"]
+
+    storage.feed_leases.release(["b1"], ALICE)
+    assert storage.feed_leases.claim([["b1"]], BOB, 600).claimed == ["b1"]
+
+
+def test_the_feeds_of_one_host_are_claimed_whole_or_not_at_all(storage):
+    storage.feed_leases.claim([["a2"]], BOB, 600)
+    claim = storage.feed_leases.claim([["a1", "a2"], ["c1"]], ALICE, 600)
+    # a1 is free, but its host's other feed is being polled by BOB: both stay with BOB's
+    # side, so that the host is not polled by two crawls at once.
+    assert claim.claimed == ["c1"]
+    assert sorted(claim.held_elsewhere) == ["a1", "a2"]
+
+
+def test_a_lease_that_ran_out_is_taken_over(storage):
+    storage.feed_leases.claim([["a1"]], BOB, 0.05)
+    assert storage.feed_leases.claim([["a1"]], ALICE, 600).held_elsewhere == ["a1"]
+    time.sleep(0.1)
+    assert storage.feed_leases.claim([["a1"]], ALICE, 600).claimed == ["a1"]
+    # And it is ALICE's now: BOB's release of it changes nothing.
+    storage.feed_leases.release(["a1"], BOB)
+    assert storage.feed_leases.claim([["a1"]], BOB, 600).held_elsewhere == ["a1"]
+
+
+def test_a_killed_crawl_on_this_host_loses_its_leases_at_once(storage):
+    killed = f"{socket.gethostname()}:{dead_pid()}:cccccc"
+    storage.feed_leases.claim([["a1"]], killed, 600)
+    assert storage.feed_leases.claim([["a1"]], ALICE, 600).claimed == ["a1"]
+
+
+def test_renewing_keeps_a_lease_past_its_first_end(storage):
+    storage.feed_leases.claim([["a1"]], BOB, 0.3)
+    storage.feed_leases.renew_holder(BOB, 600, returning="source_id")
+    time.sleep(0.4)
+    assert storage.feed_leases.claim([["a1"]], ALICE, 600).held_elsewhere == ["a1"]
+
+
+def test_a_closing_crawl_gives_back_everything_it_still_holds(storage):
+    storage.feed_leases.claim([["a1", "a2"], ["b1"]], BOB, 600)
+    storage.feed_leases.release(["a1"], BOB)
+    assert storage.feed_leases.release_holder(BOB) == 2
+    assert sorted(storage.feed_leases.claim([["a1", "a2"], ["b1"]], ALICE, 600).claimed) == [
+        "a1",
+        "a2",
+        "b1",
+    ]
+
+
+def test_unknown_slugs_are_neither_claimed_nor_counted(storage):
+    claim = storage.feed_leases.claim([["a1", "nope"]], ALICE, 600)
+    assert claim.claimed == ["a1"]
+    assert claim.held_elsewhere == []
