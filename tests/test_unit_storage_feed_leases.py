@@ -5,17 +5,18 @@ Storage on tmp_path, no crawl process."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
 
 import pytest
-
 from test_unit_storage_crawls import dead_pid
+
 from vesti_scrapy.registry import Source
 from vesti_scrapy.storage import open_storage
 
-ALICE = f"{socket.gethostname()}:{__import__('os').getpid()}:aaaaaa"
+ALICE = f"{socket.gethostname()}:{os.getpid()}:aaaaaa"
 BOB = "other-node:4242:bbbbbb"  # another machine: its process cannot be looked at
 
 

@@ -439,7 +439,9 @@ def test_cli_limit_then_a_second_run_finds_nothing_left(tmp_path: Path):
 def test_three_worker_processes_classify_each_post_exactly_once(tmp_path: Path):
     db = tmp_path / "vesti.db"
     make_db(db, 300, unsure=True)
-    with FakeOllama(delay=0.005) as ollama:
+    # Slow enough answers (300 x 0.1 s over 12 threads) that a process started late on a
+    # busy machine still finds work left.
+    with FakeOllama(delay=0.1) as ollama:
         processes = [
             subprocess.Popen(
                 worker_command(db, "--workers", "4"),
