@@ -1,5 +1,5 @@
 """Feed leases (storage/feed_leases.py): a feed is polled by one crawl at a time. Two
-crawls' claims never share a feed, a host's feeds go to one crawl whole, and a lease
+crawls' claims never share a feed, and a lease
 left by a killed crawl is taken over when it runs out, or at once on its own host.
 Storage on tmp_path, no crawl process."""
 
@@ -48,13 +48,12 @@ def test_a_claimed_feed_is_skipped_by_a_second_crawl_until_given_back(storage):
     assert storage.feed_leases.claim([["b1"]], BOB, 600).claimed == ["b1"]
 
 
-def test_the_feeds_of_one_host_are_claimed_whole_or_not_at_all(storage):
+def test_only_the_feeds_another_crawl_holds_are_left_to_it(storage):
     storage.feed_leases.claim([["a2"]], BOB, 600)
     claim = storage.feed_leases.claim([["a1", "a2"], ["c1"]], ALICE, 600)
-    # a1 is free, but its host's other feed is being polled by BOB: both stay with BOB's
-    # side, so that the host is not polled by two crawls at once.
-    assert claim.claimed == ["c1"]
-    assert sorted(claim.held_elsewhere) == ["a1", "a2"]
+    # a2 is being polled by BOB; a1, on the same host, is free and taken.
+    assert claim.claimed == ["a1", "c1"]
+    assert claim.held_elsewhere == ["a2"]
 
 
 def test_a_lease_that_ran_out_is_taken_over(storage):

@@ -56,8 +56,7 @@ class FeedClaims:
         return self.crawler.get_extension(CrawlDatabase)
 
     async def claim(self, feeds: Sequence[tuple[str, str, T]]) -> list[T]:
-        """Of ``feeds`` (slug, URL to poll, anything), those this crawl now holds; the
-        feeds of one host are claimed together."""
+        """Of ``feeds`` (slug, URL to poll, anything), those this crawl now holds."""
         if not feeds:
             return []
         by_host: defaultdict[str, list[str]] = defaultdict(list)

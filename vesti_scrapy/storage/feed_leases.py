@@ -3,10 +3,10 @@
 A crawl claims the feeds it is about to poll under its holder (``host:pid:random``, as
 for the classification queue) with a lease it renews while it runs. A feed already held
 by another crawl whose lease still runs is left to it; a lease that ran out, or whose
-holder's process on this host is gone, is taken over. The feeds a crawl wants on one
-host are claimed together or not at all, so that a host's feeds are not split between
-two crawls that would each apply the per-host limit. A feed's lease is given back in the
-transaction that stores its result (:meth:`FeedLeases.release`).
+holder's process on this host is gone, is taken over. All of one claim is one write
+transaction: of two crawls claiming at once, the second sees every lease of the first.
+A feed's lease is given back in the transaction that stores its result
+(:meth:`FeedLeases.release`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class FeedLeases(Leases):
     def claim(
         self, groups: Iterable[Sequence[str]], holder: str, lease_seconds: float
     ) -> FeedClaim:
-        """Claim each group of slugs (the feeds of one host) for ``holder``, whole or not
-        at all, in one write transaction: two crawls claiming at once never share a feed."""
+        """Claim the feeds named in ``groups`` (by host) for ``holder``, in one write
+        transaction: two crawls claiming at once never share a feed."""
         now = time.time()
         until = stamp(now + lease_seconds)
         result = FeedClaim()
@@ -50,12 +50,14 @@ class FeedLeases(Leases):
             }
             taken = []
             for group in groups:
-                known = [slug for slug in group if slug in ids]
-                if any(ids[slug] in held for slug in known):
-                    result.held_elsewhere.extend(known)
-                else:
-                    result.claimed.extend(known)
-                    taken.extend((ids[slug], holder, until) for slug in known)
+                for slug in group:
+                    if slug not in ids:
+                        continue
+                    if ids[slug] in held:
+                        result.held_elsewhere.append(slug)
+                    else:
+                        result.claimed.append(slug)
+                        taken.append((ids[slug], holder, until))
             self.db.executemany(
                 "INSERT INTO feed_leases (source_id, holder, lease_until) VALUES (?, ?, ?) "
                 "ON CONFLICT(source_id) DO UPDATE SET holder = excluded.holder, "
