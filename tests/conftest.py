@@ -30,7 +30,28 @@ from vesti_scrapy.storage.records import IMPORT_ITEM_COUNTERS
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 GOLDEN = REPO / "tests" / "golden"
-CORPUS = REPO.parent / "shared" / "corpus"
+
+
+def _corpus() -> Path:
+    """The real-world corpus beside this checkout, or beside the checkout it was cloned
+    from (a clean clone for CI made elsewhere, e.g. in /tmp)."""
+    beside = REPO.parent / "shared" / "corpus"
+    if beside.is_dir():
+        return beside
+    origin = subprocess.run(
+        ["git", "-C", str(REPO), "config", "--get", "remote.origin.url"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    if origin and Path(origin).is_dir():
+        cloned_from = Path(origin).resolve().parent / "shared" / "corpus"
+        if cloned_from.is_dir():
+            return cloned_from
+    return beside
+
+
+CORPUS = _corpus()
 # Set by .ci/run: a missing prerequisite (the corpus, chromium, root) fails there.
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_storage_faults import corrupt_a_page
 
 from vesti_scrapy.storage import Storage, StorageError, open_storage
 from vesti_scrapy.storage.records import NewPost
@@ -115,14 +115,7 @@ def test_a_damaged_file_found_after_an_unclean_shutdown_is_moved_aside(tmp_path:
             {"a": 1},
         )
         unfinished(storage, dead_pid())
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'posts'").fetchone()[0]
-    conn.close()
-    with db.open("r+b") as f:
-        f.seek((root - 1) * page_size)
-        f.write(b"\xff" * page_size)
+    corrupt_a_page(db)
 
     storage = open_storage(db)  # an ordinary open does not read the whole file
     with pytest.raises(StorageError) as error:
