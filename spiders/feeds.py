@@ -162,7 +162,7 @@ class FeedsSpider(scrapy.Spider):
         self.crawler.stats.set_value("feeds/skipped_dead", len(dead))
         claims = self.crawler.get_extension(FeedClaims)
         try:
-            return await claims.claim([(s.slug, url, (s, url)) for s, url in selected])
+            return await claims.claim([(s.slug, (s, url)) for s, url in selected])
         except StorageError:
             return []
 

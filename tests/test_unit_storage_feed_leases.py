@@ -36,54 +36,54 @@ def storage(tmp_path: Path):
 
 
 def test_a_claimed_feed_is_skipped_by_a_second_crawl_until_given_back(storage):
-    first = storage.feed_leases.claim([["a1", "a2"], ["b1"]], ALICE, 600)
+    first = storage.feed_leases.claim(["a1", "a2", "b1"], ALICE, 600)
     assert sorted(first.claimed) == ["a1", "a2", "b1"]
     assert first.held_elsewhere == []
 
-    second = storage.feed_leases.claim([["b1"], ["c1"]], BOB, 600)
+    second = storage.feed_leases.claim(["b1", "c1"], BOB, 600)
     assert second.claimed == ["c1"]
     assert second.held_elsewhere == ["b1"]
 
     storage.feed_leases.release(["b1"], ALICE)
-    assert storage.feed_leases.claim([["b1"]], BOB, 600).claimed == ["b1"]
+    assert storage.feed_leases.claim(["b1"], BOB, 600).claimed == ["b1"]
 
 
 def test_only_the_feeds_another_crawl_holds_are_left_to_it(storage):
-    storage.feed_leases.claim([["a2"]], BOB, 600)
-    claim = storage.feed_leases.claim([["a1", "a2"], ["c1"]], ALICE, 600)
+    storage.feed_leases.claim(["a2"], BOB, 600)
+    claim = storage.feed_leases.claim(["a1", "a2", "c1"], ALICE, 600)
     # a2 is being polled by BOB; a1, on the same host, is free and taken.
     assert claim.claimed == ["a1", "c1"]
     assert claim.held_elsewhere == ["a2"]
 
 
 def test_a_lease_that_ran_out_is_taken_over(storage):
-    storage.feed_leases.claim([["a1"]], BOB, 0.05)
-    assert storage.feed_leases.claim([["a1"]], ALICE, 600).held_elsewhere == ["a1"]
+    storage.feed_leases.claim(["a1"], BOB, 0.05)
+    assert storage.feed_leases.claim(["a1"], ALICE, 600).held_elsewhere == ["a1"]
     time.sleep(0.1)
-    assert storage.feed_leases.claim([["a1"]], ALICE, 600).claimed == ["a1"]
+    assert storage.feed_leases.claim(["a1"], ALICE, 600).claimed == ["a1"]
     # And it is ALICE's now: BOB's release of it changes nothing.
     storage.feed_leases.release(["a1"], BOB)
-    assert storage.feed_leases.claim([["a1"]], BOB, 600).held_elsewhere == ["a1"]
+    assert storage.feed_leases.claim(["a1"], BOB, 600).held_elsewhere == ["a1"]
 
 
 def test_a_killed_crawl_on_this_host_loses_its_leases_at_once(storage):
     killed = f"{socket.gethostname()}:{dead_pid()}:cccccc"
-    storage.feed_leases.claim([["a1"]], killed, 600)
-    assert storage.feed_leases.claim([["a1"]], ALICE, 600).claimed == ["a1"]
+    storage.feed_leases.claim(["a1"], killed, 600)
+    assert storage.feed_leases.claim(["a1"], ALICE, 600).claimed == ["a1"]
 
 
 def test_renewing_keeps_a_lease_past_its_first_end(storage):
-    storage.feed_leases.claim([["a1"]], BOB, 0.3)
+    storage.feed_leases.claim(["a1"], BOB, 0.3)
     storage.feed_leases.renew_holder(BOB, 600, returning="source_id")
     time.sleep(0.4)
-    assert storage.feed_leases.claim([["a1"]], ALICE, 600).held_elsewhere == ["a1"]
+    assert storage.feed_leases.claim(["a1"], ALICE, 600).held_elsewhere == ["a1"]
 
 
 def test_a_closing_crawl_gives_back_everything_it_still_holds(storage):
-    storage.feed_leases.claim([["a1", "a2"], ["b1"]], BOB, 600)
+    storage.feed_leases.claim(["a1", "a2", "b1"], BOB, 600)
     storage.feed_leases.release(["a1"], BOB)
     assert storage.feed_leases.release_holder(BOB) == 2
-    assert sorted(storage.feed_leases.claim([["a1", "a2"], ["b1"]], ALICE, 600).claimed) == [
+    assert sorted(storage.feed_leases.claim(["a1", "a2", "b1"], ALICE, 600).claimed) == [
         "a1",
         "a2",
         "b1",
@@ -91,6 +91,6 @@ def test_a_closing_crawl_gives_back_everything_it_still_holds(storage):
 
 
 def test_unknown_slugs_are_neither_claimed_nor_counted(storage):
-    claim = storage.feed_leases.claim([["a1", "nope"]], ALICE, 600)
+    claim = storage.feed_leases.claim(["a1", "nope"], ALICE, 600)
     assert claim.claimed == ["a1"]
     assert claim.held_elsewhere == []

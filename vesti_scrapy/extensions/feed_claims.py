@@ -13,9 +13,7 @@ by the next crawl on its host.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
@@ -55,16 +53,14 @@ class FeedClaims:
     def database(self) -> CrawlDatabase:
         return self.crawler.get_extension(CrawlDatabase)
 
-    async def claim(self, feeds: Sequence[tuple[str, str, T]]) -> list[T]:
-        """Of ``feeds`` (slug, URL to poll, anything), those this crawl now holds."""
+    async def claim(self, feeds: Sequence[tuple[str, T]]) -> list[T]:
+        """Of ``feeds`` (slug, anything), those this crawl now holds."""
         if not feeds:
             return []
-        by_host: defaultdict[str, list[str]] = defaultdict(list)
-        for slug, url, _ in feeds:
-            by_host[(urlsplit(url).hostname or "").lower()].append(slug)
+        slugs = [slug for slug, _ in feeds]
         claim = await self.database.run(
             lambda storage: storage.feed_leases.claim(
-                by_host.values(), self.database.holder, self.lease_seconds
+                slugs, self.database.holder, self.lease_seconds
             )
         )
         elsewhere = len(claim.held_elsewhere)
@@ -79,7 +75,7 @@ class FeedClaims:
             self._heartbeat = create_looping_call(self._beat)
             self._heartbeat.start(max(0.5, self.lease_seconds / 3), now=False)
         held = set(claim.claimed)
-        return [extra for slug, _, extra in feeds if slug in held]
+        return [extra for slug, extra in feeds if slug in held]
 
     def _beat(self) -> None:
         deferred_from_coro(self._renew())

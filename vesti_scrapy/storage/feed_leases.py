@@ -12,7 +12,7 @@ A feed's lease is given back in the transaction that stores its result
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from vesti_scrapy.storage.queue import Leases
@@ -32,10 +32,8 @@ class FeedLeases(Leases):
     holder = "holder"
     until = "lease_until"
 
-    def claim(
-        self, groups: Iterable[Sequence[str]], holder: str, lease_seconds: float
-    ) -> FeedClaim:
-        """Claim the feeds named in ``groups`` (by host) for ``holder``, in one write
+    def claim(self, slugs: Iterable[str], holder: str, lease_seconds: float) -> FeedClaim:
+        """Claim the feeds ``slugs`` names for ``holder``, in one write
         transaction: two crawls claiming at once never share a feed."""
         now = time.time()
         until = stamp(now + lease_seconds)
@@ -49,15 +47,14 @@ class FeedLeases(Leases):
                 and not self.lost(row["holder"], row["lease_until"], stamp(now))
             }
             taken = []
-            for group in groups:
-                for slug in group:
-                    if slug not in ids:
-                        continue
-                    if ids[slug] in held:
-                        result.held_elsewhere.append(slug)
-                    else:
-                        result.claimed.append(slug)
-                        taken.append((ids[slug], holder, until))
+            for slug in slugs:
+                if slug not in ids:
+                    continue
+                if ids[slug] in held:
+                    result.held_elsewhere.append(slug)
+                else:
+                    result.claimed.append(slug)
+                    taken.append((ids[slug], holder, until))
             self.db.executemany(
                 "INSERT INTO feed_leases (source_id, holder, lease_until) VALUES (?, ?, ?) "
                 "ON CONFLICT(source_id) DO UPDATE SET holder = excluded.holder, "
