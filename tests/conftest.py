@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
 import re
 import sqlite3
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pg_server import PostgresServer
 from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.settings import SETTINGS_PRIORITIES
@@ -239,3 +242,44 @@ def per_host_peak(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     monkeypatch.setattr(devserver._Handler, "do_GET", do_get)
     monkeypatch.setattr(devserver._Handler, "send_response", send_response)
     return peak
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "postgresql: needs a PostgreSQL server (started by the postgres_server fixture)"
+    )
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A PostgreSQL server on 127.0.0.1 for this pytest process (each xdist worker has its
+    own), its data under a temporary directory, stopped at the end of the session."""
+    missing = PostgresServer.unavailable()
+    require(missing is None, missing or "")
+    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+_postgres_databases = itertools.count(1)
+
+
+@pytest.fixture
+def postgres_url(request: pytest.FixtureRequest, postgres_server: PostgresServer) -> Iterator[str]:
+    """The URL of a fresh, empty database for this test (dropped afterwards)."""
+    digest = hashlib.sha1(request.node.nodeid.encode(), usedforsecurity=False).hexdigest()[:10]
+    name = f"test_{digest}_{next(_postgres_databases)}"
+    url = postgres_server.create_database(name)
+    yield url
+    postgres_server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def db_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """``VESTI_DB`` for each database backend: a SQLite file under tmp_path, or a fresh
+    PostgreSQL database's URL (the server starts only when a test asks for this one)."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "vesti.db")

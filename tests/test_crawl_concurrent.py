@@ -154,4 +154,4 @@ def test_two_crawls_of_the_same_feeds_at_once_poll_each_feed_once(site, project)
         ("tech", PER_FEED),
     ]
     # Every lease was given back with its feed's result.
-    assert project.query("SELECT count(*) FROM feed_leases") == [(0,)]
+    assert project.query("SELECT count(*) FROM feed_leases WHERE holder <> ''") == [(0,)]

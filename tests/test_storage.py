@@ -407,9 +407,12 @@ def test_reopening_changes_nothing(storage: Storage):
             assert [row.slug for row in again.sources.all()] == ["lwn", "phoronix"]
 
 
-def test_a_postgresql_url_is_refused_clearly_for_now():
-    with pytest.raises(StorageError, match="PostgreSQL is not supported by this version"):
-        open_storage("postgresql://vesti:secret@db.example/vesti")
+def test_an_unreachable_postgresql_server_is_a_clear_error_without_the_password():
+    # Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+    with pytest.raises(StorageError, match="cannot connect to PostgreSQL") as failure:
+        open_storage("postgresql://vesti:secret@127.0.0.1:9/vesti")
+    assert "vesti@127.0.0.1:9/vesti" in str(failure.value)
+    assert "secret" not in str(failure.value)
 
 
 # --- SQLite: pragmas, schema versions, migrations ------------------------------------------

@@ -25,7 +25,7 @@ from vesti_scrapy.processing import worker
 from vesti_scrapy.processing.classify import Classification, Classifier
 from vesti_scrapy.storage import SCHEMA_VERSION, open_storage
 from vesti_scrapy.storage.migrations.sqlite import MIGRATIONS
-from vesti_scrapy.storage.queue import CLAIM_SQL
+from vesti_scrapy.storage.queue import CLAIM_SQL, NEXT_OWN_PENDING, NEXT_PENDING
 from vesti_scrapy.storage.records import QueuedPost
 from vesti_scrapy.timefmt import utcnow
 
@@ -172,8 +172,10 @@ def test_claiming_is_index_seeks_not_a_scan_of_posts(tmp_path: Path):
     conn = connect(db)
     try:
         conn.execute("UPDATE sources SET is_own = 1 WHERE slug = 'a'")
-        params = {"worker": "w", "now": "x", "until": "y"}
+        params = {"worker": "w", "now": "x", "until": "y", "id": 1}
         plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + CLAIM_SQL, params)]
+        for candidate in (NEXT_OWN_PENDING, NEXT_PENDING):
+            plan += [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + candidate)]
         peek = "EXPLAIN QUERY PLAN SELECT EXISTS (SELECT 1 FROM posts WHERE classified = 0) " + (
             "OR EXISTS (SELECT 1 FROM posts WHERE classified = -1 AND lease_until < 'x')"
         )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from vesti_scrapy.storage.crawls import Crawls
 from vesti_scrapy.storage.errors import StorageError
@@ -31,13 +32,16 @@ from vesti_scrapy.storage.queue import ClassificationQueue
 from vesti_scrapy.storage.sources import Sources
 from vesti_scrapy.storage.sqlite import SQLiteDatabase
 
-__all__ = ["SCHEMA_VERSION", "Storage", "StorageError", "open_storage"]
+if TYPE_CHECKING:
+    from vesti_scrapy.storage.backend import Database
+
+__all__ = ["SCHEMA_VERSION", "Storage", "StorageError", "is_postgres_url", "open_storage"]
 
 
 class Storage:
     """A database, opened, with its repositories."""
 
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
         self.sources = Sources(db)
         self.posts = Posts(db)
@@ -49,7 +53,8 @@ class Storage:
 
     @property
     def location(self) -> str:
-        """Where the data is, as a person would name it (a file's path)."""
+        """Where the data is, as a person would name it (a file's path, or the
+        PostgreSQL URL without its password)."""
         return self.db.path
 
     @contextmanager
@@ -69,12 +74,16 @@ class Storage:
 
 
 def open_storage(target: str | os.PathLike[str], *, check: bool = False) -> Storage:
-    """Open the database ``target`` names (a file path: SQLite), creating or migrating
-    it; with ``check``, its integrity is checked first."""
+    """Open the database ``target`` names (a ``postgresql://`` URL, else a SQLite file
+    path), creating or migrating it; with ``check``, its integrity is checked first."""
     target = os.fspath(target)
-    if target.startswith(("postgresql://", "postgres://")):
-        raise StorageError(
-            f"{target.split('@')[-1]}: PostgreSQL is not supported by this version; "
-            "VESTI_DB must be a file path"
-        )
+    if is_postgres_url(target):
+        from vesti_scrapy.storage.postgres import PostgresDatabase
+
+        return Storage(PostgresDatabase.open(target, check=check))
     return Storage(SQLiteDatabase.open(target, check=check))
+
+
+def is_postgres_url(target: str) -> bool:
+    """Whether ``VESTI_DB`` names a PostgreSQL database rather than a SQLite file."""
+    return target.startswith(("postgresql://", "postgres://"))

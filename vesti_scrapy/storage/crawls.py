@@ -16,11 +16,11 @@ from vesti_scrapy.storage.queue import holder_is_gone
 from vesti_scrapy.timefmt import utcnow
 
 if TYPE_CHECKING:
-    from vesti_scrapy.storage.sqlite import SQLiteDatabase
+    from vesti_scrapy.storage.backend import Database
 
 
 class Crawls:
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     def begin(self, spider: str) -> int:

@@ -12,7 +12,7 @@ A feed's lease is given back in the transaction that stores its result
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from vesti_scrapy.storage.queue import Leases
@@ -28,38 +28,55 @@ class FeedClaim:
 
 
 class FeedLeases(Leases):
+    """One row per feed ever claimed: ``holder`` is the crawl polling it, ``''`` when
+    none is. A claim locks the rows of the feeds it asks for; on PostgreSQL a row that a
+    concurrent claim (or a crawl storing that feed's result) has locked is skipped, not
+    waited for, and counts as held elsewhere. On SQLite the claim's write transaction
+    holds the database's write lock, which does the same."""
+
     table = "feed_leases"
     holder = "holder"
     until = "lease_until"
+    held = "holder <> ''"
 
     def claim(self, slugs: Iterable[str], holder: str, lease_seconds: float) -> FeedClaim:
-        """Claim the feeds ``slugs`` names for ``holder``, in one write
-        transaction: two crawls claiming at once never share a feed."""
+        """Claim the feeds ``slugs`` names for ``holder``, in one write transaction: two
+        crawls claiming at once never share a feed."""
         now = time.time()
         until = stamp(now + lease_seconds)
         result = FeedClaim()
         with self.db.transaction():
             ids = {row[0]: row[1] for row in self.db.all("SELECT slug, id FROM sources")}
-            held = {
-                row["source_id"]
-                for row in self.db.all("SELECT source_id, holder, lease_until FROM feed_leases")
-                if row["holder"] != holder
-                and not self.lost(row["holder"], row["lease_until"], stamp(now))
-            }
+            wanted = [(slug, ids[slug]) for slug in slugs if slug in ids]
+            self.db.executemany(
+                "INSERT INTO feed_leases (source_id, holder, lease_until) VALUES (?, '', '') "
+                "ON CONFLICT DO NOTHING",
+                [(source_id,) for _, source_id in wanted],
+            )
+            rows = {}
+            for chunk in _chunks([source_id for _, source_id in wanted]):
+                rows.update(
+                    (row["source_id"], row)
+                    for row in self.db.all(
+                        "SELECT source_id, holder, lease_until FROM feed_leases "
+                        f"WHERE source_id IN ({', '.join('?' for _ in chunk)})"
+                        + self.db.skip_locked,
+                        chunk,
+                    )
+                )
             taken = []
-            for slug in slugs:
-                if slug not in ids:
-                    continue
-                if ids[slug] in held:
+            for slug, source_id in wanted:
+                row = rows.get(source_id)
+                if row is None or (
+                    row["holder"] not in ("", holder)
+                    and not self.lost(row["holder"], row["lease_until"], stamp(now))
+                ):
                     result.held_elsewhere.append(slug)
                 else:
                     result.claimed.append(slug)
-                    taken.append((ids[slug], holder, until))
+                    taken.append((holder, until, source_id))
             self.db.executemany(
-                "INSERT INTO feed_leases (source_id, holder, lease_until) VALUES (?, ?, ?) "
-                "ON CONFLICT(source_id) DO UPDATE SET holder = excluded.holder, "
-                "lease_until = excluded.lease_until",
-                taken,
+                "UPDATE feed_leases SET holder = ?, lease_until = ? WHERE source_id = ?", taken
             )
         return result
 
@@ -68,7 +85,7 @@ class FeedLeases(Leases):
         the store pipeline's, with the feeds' results)."""
         with self.db.transaction():
             self.db.executemany(
-                "DELETE FROM feed_leases WHERE holder = ? "
+                "UPDATE feed_leases SET holder = '', lease_until = '' WHERE holder = ? "
                 "AND source_id = (SELECT id FROM sources WHERE slug = ?)",
                 [(holder, slug) for slug in slugs],
             )
@@ -76,5 +93,17 @@ class FeedLeases(Leases):
     def release_holder(self, holder: str) -> int:
         """Give back every lease ``holder`` still has (its crawl is closing)."""
         with self.db.transaction():
-            cursor = self.db.execute("DELETE FROM feed_leases WHERE holder = ?", (holder,))
+            cursor = self.db.execute(
+                "UPDATE feed_leases SET holder = '', lease_until = '' WHERE holder = ?",
+                (holder,),
+            )
         return cursor.rowcount
+
+    def held_count(self) -> int:
+        """How many feeds some crawl holds right now."""
+        return int(self.db.scalar("SELECT count(*) FROM feed_leases WHERE holder <> ''"))
+
+
+def _chunks(values: list[int], size: int = 500) -> Iterator[list[int]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]

@@ -16,7 +16,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vesti_scrapy.storage.errors import StorageError
 from vesti_scrapy.storage.queue import Leases, lease_end
@@ -34,15 +34,21 @@ from vesti_scrapy.storage.records import (
 )
 from vesti_scrapy.timefmt import stamp, utcnow
 
+if TYPE_CHECKING:
+    from vesti_scrapy.storage.backend import Database
+
 # The source every imported post belongs to. Not in sources.yaml: the registry sync
 # leaves it alone (it is disabled, so nothing polls it) and the writer accepts its posts.
 IMPORT_SOURCE = "import"
 IMPORT_CRAWLER = "import"
-_JOB_COLUMNS = (
-    "id, created_at, status, total, pending, extracting, saved, duplicate, warning, error, "
-    "cancelled, json_array_length(rejected) AS rejected, leased_by, leased_until, "
-    "started_at, finished_at"
-)
+
+
+def _job_columns(db: Database) -> str:
+    return (
+        "id, created_at, status, total, pending, extracting, saved, duplicate, warning, "
+        f"error, cancelled, {db.json_length('rejected')} AS rejected, leased_by, "
+        "leased_until, started_at, finished_at"
+    )
 
 
 def _input_order(item: ClaimedItem) -> tuple[int, int]:
@@ -56,7 +62,9 @@ class ImportJobs(Leases):
 
     # --- reading -------------------------------------------------------------------------
     def get(self, job_id: int) -> JobSummary:
-        row = self.db.one(f"SELECT {_JOB_COLUMNS} FROM import_jobs WHERE id = ?", (job_id,))
+        row = self.db.one(
+            f"SELECT {_job_columns(self.db)} FROM import_jobs WHERE id = ?", (job_id,)
+        )
         if row is None:
             raise JobNotFound(job_id)
         return JobSummary(**dict(row))
@@ -64,7 +72,7 @@ class ImportJobs(Leases):
     def list(self, *, limit: int = 50, offset: int = 0) -> list[JobSummary]:
         """The newest jobs first."""
         rows = self.db.all(
-            f"SELECT {_JOB_COLUMNS} FROM import_jobs ORDER BY id DESC LIMIT ? OFFSET ?",
+            f"SELECT {_job_columns(self.db)} FROM import_jobs ORDER BY id DESC LIMIT ? OFFSET ?",
             (limit, offset),
         )
         return [JobSummary(**dict(row)) for row in rows]

@@ -9,11 +9,11 @@ from vesti_scrapy.storage.errors import StorageError
 from vesti_scrapy.storage.records import CheckReport, DatabaseStats
 
 if TYPE_CHECKING:
-    from vesti_scrapy.storage.sqlite import SQLiteDatabase
+    from vesti_scrapy.storage.backend import Database
 
 
 class Maintenance:
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     def check(self) -> CheckReport:

@@ -17,7 +17,7 @@ from vesti_scrapy.storage.records import QUEUE_STATUS, NewPost, Page, PostFilter
 from vesti_scrapy.timefmt import utcnow
 
 if TYPE_CHECKING:
-    from vesti_scrapy.storage.sqlite import SQLiteDatabase
+    from vesti_scrapy.storage.backend import Database
 
 POST_COLUMNS = (
     "source_id", "url", "canonical_url", "title", "text", "sha256", "substantive",
@@ -27,8 +27,7 @@ INSERT = (
     f"INSERT INTO posts ({', '.join(POST_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in POST_COLUMNS)}) ON CONFLICT DO NOTHING"
 )
-# The order of the dashboard's post list, spelled as migration 4's index posts_newest is.
-NEWEST = "min(COALESCE(published_at, fetched_at), fetched_at)"
+INSERT_RETURNING_ID = INSERT + " RETURNING id"
 STATUS_OF = {value: name for name, value in QUEUE_STATUS.items()}
 
 # Search snippet markers: control characters that feeds cannot smuggle through as markup,
@@ -63,7 +62,7 @@ def _chunks(values: Sequence[Any], size: int = 500) -> Iterable[Sequence[Any]]:
 
 
 class Posts:
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     # --- storing -------------------------------------------------------------------------
@@ -74,7 +73,7 @@ class Posts:
         with self.db.transaction():
             for post in posts:
                 cursor = self.db.execute(
-                    INSERT,
+                    INSERT_RETURNING_ID,
                     (
                         source_ids[post.source], post.url, post.canonical_url, post.title,
                         post.text, post.sha256, int(post.substantive), post.author,
@@ -82,7 +81,8 @@ class Posts:
                         post.content_type,
                     ),
                 )  # fmt: skip
-                ids.append(cursor.lastrowid if cursor.rowcount == 1 else None)
+                row = cursor.fetchone()
+                ids.append(None if row is None else row[0])
         return ids
 
     def find(self, canonical_url: str, sha256: str | None = None) -> int | None:
@@ -194,7 +194,9 @@ class Posts:
             tables = "posts p JOIN sources s ON s.id = p.source_id"
             columns += ", substr(p.text, 1, 300) AS snippet"
         order = {
-            "newest": f"{NEWEST} DESC, p.id DESC",
+            # Spelled as migration 4's index posts_newest is, so that the index serves it.
+            "newest": f"{self.db.least('COALESCE(published_at, fetched_at)', 'fetched_at')} DESC, "
+            "p.id DESC",
             "relevance": "p.relevance DESC NULLS LAST, p.id DESC",
             "best": "posts_fts.rank, p.id DESC",
         }[filters.sort]

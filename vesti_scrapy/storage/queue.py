@@ -17,17 +17,16 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import sqlite3
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vesti_scrapy.storage.records import QueuedPost
 from vesti_scrapy.timefmt import stamp, utcnow
 
 if TYPE_CHECKING:
-    from vesti_scrapy.storage.sqlite import SQLiteDatabase
+    from vesti_scrapy.storage.backend import Database
 
 QUEUE_STATES = {0: "pending", -1: "claimed", 1: "done", -2: "failed"}
 
@@ -70,7 +69,7 @@ class Leases:
     until: ClassVar[str]
     held: ClassVar[str] = "1 = 1"
 
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     @staticmethod
@@ -78,7 +77,7 @@ class Leases:
         """Whether a claim is up for grabs: its lease ran out, or its holder is gone."""
         return until is None or until < now or holder_is_gone(holder)
 
-    def renew_holder(self, holder: str, seconds: float, returning: str = "id") -> list[sqlite3.Row]:
+    def renew_holder(self, holder: str, seconds: float, returning: str = "id") -> list[Any]:
         """Extend every lease ``holder`` has; returns those rows' ``returning`` columns."""
         with self.db.transaction():
             return self.db.all(
@@ -102,15 +101,16 @@ class Leases:
         return cursor.rowcount
 
 
+# The next pending post: of an own source first (one seek per own source), else the
+# oldest (one seek; on PostgreSQL skipping a post another worker is claiming right now).
+NEXT_OWN_PENDING = """SELECT min(pid) FROM (
+       SELECT (SELECT p.id FROM posts p WHERE p.classified = 0 AND p.source_id = s.id
+               ORDER BY p.id LIMIT 1) AS pid
+       FROM sources s WHERE s.is_own = 1) AS own"""
+NEXT_PENDING = "SELECT id FROM posts WHERE classified = 0 ORDER BY id LIMIT 1"
 CLAIM_SQL = """UPDATE posts
    SET classified = -1, claimed_by = :worker, claimed_at = :now, lease_until = :until
-   WHERE id = COALESCE(
-       (SELECT min(pid) FROM (
-           SELECT (SELECT p.id FROM posts p
-                   WHERE p.classified = 0 AND p.source_id = s.id
-                   ORDER BY p.id LIMIT 1) AS pid
-           FROM sources s WHERE s.is_own = 1)),
-       (SELECT id FROM posts WHERE classified = 0 ORDER BY id LIMIT 1))
+   WHERE id = :id AND classified = 0
    RETURNING id, source_id, title, text, lang, direction, attempts"""
 
 
@@ -136,11 +136,14 @@ class ClassificationQueue(Leases):
         now = time.time()
         with self.db.transaction():
             self._expire(now, max_attempts)
-            row = self.db.one(
-                CLAIM_SQL,
-                {"worker": worker, "now": stamp(now), "until": stamp(now + lease_seconds)},
-            )
-            if row is None:
+            params = {"worker": worker, "now": stamp(now), "until": stamp(now + lease_seconds)}
+            for candidate in (NEXT_OWN_PENDING, NEXT_PENDING + self.db.skip_locked):
+                post_id = self.db.scalar(candidate)
+                # None from the update: another node's worker claimed it meanwhile.
+                row = None if post_id is None else self.db.one(CLAIM_SQL, {**params, "id": post_id})
+                if row is not None:
+                    break
+            else:
                 return None
             source = self.db.one(
                 "SELECT slug, is_own FROM sources WHERE id = ?", (row["source_id"],)

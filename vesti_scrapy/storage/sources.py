@@ -15,13 +15,13 @@ from vesti_scrapy.timefmt import utcnow
 
 if TYPE_CHECKING:
     from vesti_scrapy.registry import Source
-    from vesti_scrapy.storage.sqlite import SQLiteDatabase
+    from vesti_scrapy.storage.backend import Database
 
 STATE_COLUMNS = tuple(f.name for f in fields(FeedState))
 # Sortable columns of the dashboard's sources table: name -> SQL expression.
 LISTING_ORDER = {
     "slug": "s.slug",
-    "name": "s.name COLLATE NOCASE",
+    "name": "s.name",  # without case (the database's nocase)
     "crawler": "s.crawler",
     "direction": "s.direction",
     "priority": "s.priority",
@@ -39,7 +39,7 @@ def _marks(values: Sequence[Any]) -> str:
 
 
 class Sources:
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     # --- the registry ----------------------------------------------------------------
@@ -207,6 +207,8 @@ class Sources:
     def listing(self, sort: str = "slug", descending: bool = False) -> list[dict[str, Any]]:
         """Every source with its feed state and its number of posts."""
         order = LISTING_ORDER.get(sort, "s.slug")
+        if sort == "name":
+            order = self.db.nocase(order)
         direction = "DESC" if descending else "ASC"
         rows = self.db.all(
             f"""SELECT s.id, s.slug, s.name, s.crawler, s.direction, s.priority,

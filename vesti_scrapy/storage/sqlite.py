@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from vesti_scrapy.storage.backend import Transactions
 from vesti_scrapy.storage.errors import StorageError
 from vesti_scrapy.storage.migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
 from vesti_scrapy.timefmt import utcnow
@@ -95,15 +95,31 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
-class SQLiteDatabase:
+class SQLiteDatabase(Transactions):
     """One connection with the project's pragmas. Writes run in :meth:`transaction`."""
 
     backend = "sqlite"
+    # A write transaction holds the database's one write lock (BEGIN IMMEDIATE): claims
+    # need no row locks.
+    skip_locked = ""
 
     def __init__(self, conn: sqlite3.Connection, path: str) -> None:
         self.conn = conn
         self.path = path
         self._depth = 0
+
+    # --- dialect (PostgresDatabase spells these its way) -----------------------------
+    @staticmethod
+    def least(a: str, b: str) -> str:
+        return f"min({a}, {b})"
+
+    @staticmethod
+    def nocase(expression: str) -> str:
+        return f"{expression} COLLATE NOCASE"
+
+    @staticmethod
+    def json_length(expression: str) -> str:
+        return f"json_array_length({expression})"
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, check: bool = False) -> SQLiteDatabase:
@@ -193,41 +209,23 @@ class SQLiteDatabase:
             )
         return StorageError(f"{self.path}: cannot read the database: {exc}")
 
-    # --- transactions ----------------------------------------------------------------
-    @contextmanager
-    def transaction(self) -> Iterator[SQLiteDatabase]:
-        """A write transaction that takes the write lock up front (no upgrade deadlocks).
+    # --- transactions (Transactions.transaction) -------------------------------------
+    def _begin(self) -> None:
+        # The write lock up front: no deadlock upgrading a read lock.
+        self.conn.execute("BEGIN IMMEDIATE")
 
-        Nested use joins the outer transaction. A failure (disk full, read-only file,
-        lock timeout) is a :class:`StorageError`; the transaction is rolled back and
-        earlier commits are intact.
-        """
-        if self._depth:
-            self._depth += 1
-            try:
-                yield self
-            finally:
-                self._depth -= 1
-            return
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.DatabaseError as exc:
-            raise self._error(exc, writing=True) from exc
-        self._depth = 1
-        try:
-            yield self
-            self.conn.execute("COMMIT")
-        except BaseException as exc:
-            # SQLite may have rolled back already (disk full): keep the original error.
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
-                exc, sqlite3.IntegrityError
-            ):
-                raise self._error(exc, writing=True) from exc
-            raise
-        finally:
-            self._depth = 0
+    def _commit(self) -> None:
+        self.conn.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled back already (disk full): keep the original error.
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    def _write_error(self, exc: BaseException) -> StorageError | None:
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
+            return self._error(exc, writing=True)
+        return None
 
     # --- schema ------------------------------------------------------------------------
     @property
