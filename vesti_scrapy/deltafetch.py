@@ -32,7 +32,7 @@ from twisted.python.failure import Failure
 
 from vesti_scrapy.extensions.database import CrawlDatabase
 from vesti_scrapy.signals import request_skipped
-from vesti_scrapy.storage import StorageError
+from vesti_scrapy.storage import StorageError, is_postgres_url
 from vesti_scrapy.storage.legacy import import_deltafetch_index
 
 if TYPE_CHECKING:
@@ -67,9 +67,10 @@ class ArticleDeltaFetch(DeltaFetch):
         settings = crawler.settings
         if not settings.getbool("DELTAFETCH_ENABLED") or settings.getbool("VESTI_DRY_RUN"):
             raise NotConfigured
-        legacy_dir = settings.get("DELTAFETCH_DIR") or str(
-            Path(settings["VESTI_DB"]).parent / "deltafetch"
-        )
+        # An old index lived next to a SQLite file; PostgreSQL never had one.
+        legacy_dir = settings.get("DELTAFETCH_DIR") or ""
+        if not legacy_dir and not is_postgres_url(settings["VESTI_DB"]):
+            legacy_dir = str(Path(settings["VESTI_DB"]).parent / "deltafetch")
         middleware = cls(legacy_dir, settings.getbool("DELTAFETCH_RESET"), crawler.stats, crawler)
         middleware.fingerprint = crawler.request_fingerprinter.fingerprint
         crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
@@ -86,7 +87,8 @@ class ArticleDeltaFetch(DeltaFetch):
         self.spider = spider
         reset = self.reset or getattr(spider, "deltafetch_reset", False)
         try:
-            await database.run(import_deltafetch_index, Path(self.dir), spider.name)
+            if self.dir:
+                await database.run(import_deltafetch_index, Path(self.dir), spider.name)
             if reset:
                 await database.run(lambda storage: storage.posts.forget_fetched())
         except StorageError:

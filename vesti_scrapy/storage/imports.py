@@ -171,7 +171,10 @@ class ImportJobs(Leases):
 
     # --- a person's actions --------------------------------------------------------------------
     def _status(self, job_id: int) -> str:
-        status = self.db.scalar("SELECT status FROM import_jobs WHERE id = ?", (job_id,))
+        """The job's status, its row locked to the end of the caller's transaction."""
+        status = self.db.scalar(
+            "SELECT status FROM import_jobs WHERE id = ?" + self.db.for_update, (job_id,)
+        )
         if status is None:
             raise JobNotFound(job_id)
         return str(status)
@@ -260,9 +263,10 @@ class ImportJobs(Leases):
         """
         now = stamp()
         with self.db.transaction():
+            # Locked: of two crawls claiming at once, the second sees the first's leases.
             held = self.db.all(
                 "SELECT id, leased_by, leased_until FROM import_jobs "
-                "WHERE leased_by IS NOT NULL OR extracting > 0"
+                "WHERE leased_by IS NOT NULL OR extracting > 0" + self.db.for_update
             )
             gone = [
                 row["id"] for row in held if self.lost(row["leased_by"], row["leased_until"], now)

@@ -107,6 +107,8 @@ class PostgresDatabase(Transactions):
     backend = "postgresql"
     # Rows a claim locks are skipped by a concurrent claim instead of waited for.
     skip_locked = " FOR UPDATE SKIP LOCKED"
+    # A row read to decide a write is locked until the transaction ends.
+    for_update = " FOR UPDATE"
 
     def __init__(self, conn: psycopg.Connection[Any], url: str) -> None:
         self.conn = conn

@@ -35,24 +35,39 @@ STATUS_OF = {value: name for name, value in QUEUE_STATUS.items()}
 MARK_START, MARK_END = "\x02", "\x03"
 _WORD = re.compile(r"\w+")
 MAX_SEARCH_TERMS = 16
+# PostgreSQL's snippet: about as long as FTS5's 24 tokens, marked as FTS5 marks.
+HEADLINE_OPTIONS = f"StartSel={MARK_START}, StopSel={MARK_END}, MaxWords=30, MinWords=12"
+
+
+def _search_terms(text: str) -> list[tuple[str, bool]]:
+    """The words a reader typed, each with whether it ends in ``*`` (a prefix); the
+    Cyrillic yo (ё) read as ie, as in the index. At most :data:`MAX_SEARCH_TERMS`."""
+    text = text.replace("ё", "е").replace("Ё", "Е")  # noqa: RUF001 (yo to ie)
+    terms: list[tuple[str, bool]] = []
+    for chunk in text.split():
+        words = _WORD.findall(chunk)
+        for index, word in enumerate(words):
+            terms.append((word, chunk.endswith("*") and index == len(words) - 1))
+    return terms[:MAX_SEARCH_TERMS]
 
 
 def fts_query(text: str) -> str | None:
     """A safe FTS5 query from what a reader typed: every word is a quoted term (all must
     match), so quotes, ``AND``, ``NEAR``, ``-`` or ``:`` cannot make a syntax error or
     reach a column filter. A word ending in ``*`` matches as a prefix (``санкц*``).
-    The Cyrillic yo (ё) is read as ie, as in the index. None when there is no word to
-    look for."""
-    text = text.replace("ё", "е").replace("Ё", "Е")  # noqa: RUF001 (yo to ie)
-    terms: list[str] = []
-    for chunk in text.split():
-        words = _WORD.findall(chunk)
-        for index, word in enumerate(words):
-            term = '"' + word.replace('"', '""') + '"'
-            if chunk.endswith("*") and index == len(words) - 1:
-                term += "*"
-            terms.append(term)
-    return " ".join(terms[:MAX_SEARCH_TERMS]) or None
+    None when there is no word to look for."""
+    terms = [
+        '"' + word.replace('"', '""') + '"' + ("*" if prefix else "")
+        for word, prefix in _search_terms(text)
+    ]
+    return " ".join(terms) or None
+
+
+def ts_query(text: str) -> str | None:
+    """The same search for PostgreSQL's ``to_tsquery``: every word quoted (words are
+    letters and digits only), all of them required, ``:*`` for a prefix."""
+    terms = [f"'{word}'" + (":*" if prefix else "") for word, prefix in _search_terms(text)]
+    return " & ".join(terms) or None
 
 
 def _chunks(values: Sequence[Any], size: int = 500) -> Iterable[Sequence[Any]]:
@@ -164,7 +179,8 @@ class Posts:
         where: list[str] = []
         params: list[Any] = []
         notes: list[str] = []
-        match = fts_query(filters.q) if filters.q else None
+        postgres = self.db.backend == "postgresql"
+        match = (ts_query if postgres else fts_query)(filters.q) if filters.q else None
         if filters.q and match is None:
             notes.append("Nothing to search for: type a word.")
             filters.sort = "newest" if filters.sort == "best" else filters.sort
@@ -181,7 +197,21 @@ class Posts:
                      p.classified_direction, p.relevance, p.interest, p.summary,
                      p.classified, p.classifier, p.lang, s.slug AS source,
                      s.name AS source_name"""
-        if match:
+        tables = "posts p JOIN sources s ON s.id = p.source_id"
+        column_params: list[Any] = []
+        rank = "posts_fts.rank"
+        if match and postgres:
+            # ts_headline reads the text as the index does (yo as ie), or ё-words would
+            # go unmarked.
+            columns += (
+                ", ts_headline('simple', replace(replace(p.text, 'ё', 'е'), 'Ё', 'Е'), "  # noqa: RUF001
+                "to_tsquery('simple', ?), ?) AS snippet"
+            )
+            column_params = [match, HEADLINE_OPTIONS]
+            where.insert(0, "p.search @@ to_tsquery('simple', ?)")
+            params.insert(0, match)
+            rank = "ts_rank(p.search, to_tsquery('simple', ?)) DESC"
+        elif match:
             tables = (
                 "posts_fts JOIN posts p ON p.id = posts_fts.rowid "
                 "JOIN sources s ON s.id = p.source_id"
@@ -191,26 +221,27 @@ class Posts:
             where.insert(0, "posts_fts MATCH ?")
             params.insert(0, match)
         else:
-            tables = "posts p JOIN sources s ON s.id = p.source_id"
             columns += ", substr(p.text, 1, 300) AS snippet"
         order = {
             # Spelled as migration 4's index posts_newest is, so that the index serves it.
             "newest": f"{self.db.least('COALESCE(published_at, fetched_at)', 'fetched_at')} DESC, "
             "p.id DESC",
             "relevance": "p.relevance DESC NULLS LAST, p.id DESC",
-            "best": "posts_fts.rank, p.id DESC",
+            "best": f"{rank}, p.id DESC",
         }[filters.sort]
+        if filters.sort == "best" and postgres:
+            params.append(match)
         sql = f"SELECT {columns} FROM {tables}"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY {order} LIMIT ? OFFSET ?"
-        params += [per_page + 1, (page - 1) * per_page]
+        params = [*column_params, *params, per_page + 1, (page - 1) * per_page]
         try:
             rows = [dict(row) for row in self.db.all(sql, params)]
         except StorageError as exc:
-            # The query is built from quoted terms, so this is not expected; if FTS5
-            # still refuses it, say so instead of failing the page.
-            if match and "fts5" in str(exc).lower():
+            # The query is built from quoted terms, so this is not expected; if the
+            # search engine still refuses it, say so instead of failing the page.
+            if match and ("fts5" in str(exc).lower() or "tsquery" in str(exc).lower()):
                 return Page([], page, per_page, False, [*notes, f"Search failed: {exc}"])
             raise
         for row in rows:

@@ -102,6 +102,7 @@ class SQLiteDatabase(Transactions):
     # A write transaction holds the database's one write lock (BEGIN IMMEDIATE): claims
     # need no row locks.
     skip_locked = ""
+    for_update = ""
 
     def __init__(self, conn: sqlite3.Connection, path: str) -> None:
         self.conn = conn
