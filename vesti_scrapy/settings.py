@@ -18,6 +18,9 @@ COMMANDS_MODULE = "vesti_scrapy.commands"
 # --- Project paths and identity ---------------------------------------------------------
 # The database: a SQLite file with sources, posts, per-feed state, runs and import jobs.
 VESTI_DB = os.environ.get("VESTI_DB", "data/vesti.db")
+# Where the scheduler's lock and the crawls' logs go when VESTI_DB is a PostgreSQL URL
+# (with a SQLite file they go beside it).
+VESTI_DATA_DIR = os.environ.get("VESTI_DATA_DIR", "data")
 # The registry of sources (YAML), validated and synced into the database on every crawl.
 VESTI_SOURCES = os.environ.get("VESTI_SOURCES", "sources.yaml")
 # An honest User-Agent with a contact URL, so that feed owners can reach us.

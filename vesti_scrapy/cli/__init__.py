@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -28,7 +27,7 @@ from scrapy.settings import Settings
 from scrapy.utils.project import get_project_settings
 
 from vesti_scrapy.registry import RegistryError
-from vesti_scrapy.storage import Storage, StorageError, open_storage
+from vesti_scrapy.storage import Storage, StorageError, database_target, open_storage
 from vesti_scrapy.storage.records import ImportJobError
 
 # Each command's module and name, in the order `--help` lists them. A module is imported
@@ -105,17 +104,18 @@ def db_option(command: F) -> F:
     """``--db FILE`` on a group (for all its subcommands) or on a command."""
     return click.option(
         "--db",
-        metavar="FILE",
+        metavar="FILE|URL",
         expose_value=False,
         callback=_remember_db,
-        help="database file (default: $VESTI_DB or data/vesti.db)",
+        help="database file or postgresql:// URL (default: $VESTI_DB or data/vesti.db)",
     )(command)
 
 
-def database_path() -> Path:
-    """The database of the running command: its ``--db``, else the VESTI_DB setting."""
+def database_path() -> str:
+    """The database of the running command: its ``--db``, else the VESTI_DB setting (a
+    SQLite file, made absolute, or a PostgreSQL URL)."""
     given = click.get_current_context().meta.get(_DB)
-    return Path(given or project_settings()["VESTI_DB"])
+    return database_target(given or project_settings()["VESTI_DB"])
 
 
 def open_database() -> Storage:

@@ -8,7 +8,7 @@ import click
 
 from vesti_scrapy.cli import database_path, db_option, fail, project_settings
 from vesti_scrapy.registry import load_sources
-from vesti_scrapy.storage import open_storage
+from vesti_scrapy.storage import database_exists, open_storage
 from vesti_scrapy.timefmt import parse, relative
 
 
@@ -39,7 +39,7 @@ def check(path: str | None) -> int:
     enabled = sum(s.enabled for s in registry)
     click.echo(f"{path}: {len(registry)} source(s), {enabled} enabled, all valid")
     db = database_path()
-    if db.exists():
+    if database_exists(db):
         with open_storage(db) as storage:
             moved = {row.slug: row for row in storage.sources.all() if row.effective_feed_url}
         for s in registry:
@@ -57,7 +57,7 @@ def check(path: str | None) -> int:
 def status() -> int:
     """Per source: status, errors, last error, last fetch, next due."""
     db = database_path()
-    if not db.exists():
+    if not database_exists(db):
         fail(f"{db}: no database yet; run a crawl first")
         return 1
     with open_storage(db) as storage:

@@ -9,8 +9,6 @@ command line's ``import --run`` and ``demo`` all start crawls through here.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from vesti_scrapy.launch.common import (
     ALL,
     DEFAULT_PROJECT,
@@ -62,7 +60,7 @@ __all__ = [
 
 
 def make_launcher(
-    db: Path, scrapyd: str | None, project: str, settings: tuple[str, ...]
+    db: str, scrapyd: str | None, project: str, settings: tuple[str, ...]
 ) -> LocalLauncher | ScrapydLauncher:
     """The dashboard's launcher: scrapyd's when a URL is given, else local crawls."""
     if scrapyd:

@@ -8,9 +8,15 @@ starts ``all`` crawls of the due feeds (``-a due=1 -a trigger=schedule``); the d
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit
+
+from scrapy.utils.project import get_project_settings
+
+from vesti_scrapy.storage import is_postgres_url
 
 SPIDER = "feeds"
 # What every scheduled crawl is: only due feeds, and recorded as started by the scheduler.
@@ -30,7 +36,8 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True)
 class Options:
-    db: Path
+    # VESTI_DB: a SQLite file or a PostgreSQL URL.
+    db: str | os.PathLike[str]
     scrapyd: str | None = None
     project: str = DEFAULT_PROJECT
     interval: float = DEFAULT_INTERVAL
@@ -48,12 +55,28 @@ class Options:
 
     @property
     def log_dir(self) -> Path:
-        return self.db.parent / "logs"
+        return files_dir(self.db) / "logs"
 
 
-def lock_path(db: Path) -> Path:
-    """The scheduler's lock (scope ``all``), next to the database it crawls into."""
-    return db.with_name(db.name + ".schedule.lock")
+def files_dir(db: str | os.PathLike[str]) -> Path:
+    """Where the files that go with a database live (the scheduler's locks, the crawls'
+    logs): beside a SQLite file; for a PostgreSQL database, ``VESTI_DATA_DIR``."""
+    if is_postgres_url(db):
+        return Path(get_project_settings()["VESTI_DATA_DIR"]).resolve()
+    return Path(db).resolve().parent
+
+
+def database_name(db: str | os.PathLike[str]) -> str:
+    """A name for the database in file names: the SQLite file's, or the PostgreSQL
+    database's."""
+    if is_postgres_url(db):
+        return urlsplit(str(db)).path.strip("/") or "postgres"
+    return Path(db).name
+
+
+def lock_path(db: str | os.PathLike[str]) -> Path:
+    """The scheduler's lock (scope ``all``), with the database it crawls into."""
+    return files_dir(db) / f"{database_name(db)}.schedule.lock"
 
 
 def spider_arguments(scope: str) -> dict[str, str]:

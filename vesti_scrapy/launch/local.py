@@ -35,9 +35,12 @@ from vesti_scrapy.launch.common import (
     Outcome,
     RunInProgress,
     StartResult,
+    database_name,
+    files_dir,
     lock_path,
     spider_arguments,
 )
+from vesti_scrapy.storage import database_target
 from vesti_scrapy.timefmt import iso
 
 logger = logging.getLogger("vesti.schedule")
@@ -64,7 +67,7 @@ def crawl_command(options: Options, python: str = sys.executable) -> list[str]:
 
 def crawl_env(db: str | Path, **extra: str) -> dict[str, str]:
     """Our environment, with the database to crawl into (and ``extra`` variables)."""
-    env = {**os.environ, "VESTI_DB": str(Path(db).resolve()), **extra}
+    env = {**os.environ, "VESTI_DB": database_target(db), **extra}
     # The crawl finds the project from any working directory, not only next to scrapy.cfg.
     env.setdefault("SCRAPY_SETTINGS_MODULE", "vesti_scrapy.settings")
     return env
@@ -82,8 +85,8 @@ def spawn_urls_crawl(
     caller), logging to ``<log_dir>/urls-<UTC time>.log`` (default: ``logs/`` next to the
     database). For the dashboard's "import" button; the crawl takes every runnable job,
     or only ``job_id``."""
-    db = Path(db).resolve()
-    logs = Path(log_dir) if log_dir else db.parent / "logs"
+    db = database_target(db)
+    logs = Path(log_dir) if log_dir else files_dir(db) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     moment = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     arguments = {} if job_id is None else {"job": str(job_id)}
@@ -194,9 +197,9 @@ def _last_started(fd: int) -> str:
 
 
 # --- every scope: the dashboard's "Run now" --------------------------------------------------
-def source_lock(db: Path, slug: str) -> Path:
+def source_lock(db: str | os.PathLike[str], slug: str) -> Path:
     """The lock of a one-source run; the slug is a registry slug ([a-z0-9_-]+)."""
-    return db.with_name(db.name + ".locks") / f"{slug}.lock"
+    return files_dir(db) / f"{database_name(db)}.locks" / f"{slug}.lock"
 
 
 def _cmdline(pid: int) -> str:
@@ -247,7 +250,7 @@ def lock_holder(path: Path) -> RunInProgress | None:
 class LocalLauncher:
     """`scrapy crawl feeds` subprocesses of any scope, each through its ``LocalRunner``."""
 
-    db: Path
+    db: str
     settings: tuple[str, ...] = ()
     runners: dict[str, LocalRunner] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)

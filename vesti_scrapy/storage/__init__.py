@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vesti_scrapy.storage.crawls import Crawls
@@ -35,7 +36,15 @@ from vesti_scrapy.storage.sqlite import SQLiteDatabase
 if TYPE_CHECKING:
     from vesti_scrapy.storage.backend import Database
 
-__all__ = ["SCHEMA_VERSION", "Storage", "StorageError", "is_postgres_url", "open_storage"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Storage",
+    "StorageError",
+    "database_exists",
+    "database_target",
+    "is_postgres_url",
+    "open_storage",
+]
 
 
 class Storage:
@@ -84,6 +93,18 @@ def open_storage(target: str | os.PathLike[str], *, check: bool = False) -> Stor
     return Storage(SQLiteDatabase.open(target, check=check))
 
 
-def is_postgres_url(target: str) -> bool:
+def database_target(value: str | os.PathLike[str]) -> str:
+    """``VESTI_DB`` as every process should see it: a PostgreSQL URL unchanged, a SQLite
+    path made absolute (a crawl started in another folder opens the same file)."""
+    value = os.fspath(value)
+    return value if is_postgres_url(value) else str(Path(value).resolve())
+
+
+def database_exists(target: str | os.PathLike[str]) -> bool:
+    """Whether there is a database yet: a SQLite file on disk (a server's is assumed)."""
+    return is_postgres_url(target) or Path(target).exists()
+
+
+def is_postgres_url(target: str | os.PathLike[str]) -> bool:
     """Whether ``VESTI_DB`` names a PostgreSQL database rather than a SQLite file."""
-    return target.startswith(("postgresql://", "postgres://"))
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))

@@ -51,7 +51,7 @@ class FeedLeases(Leases):
             self.db.executemany(
                 "INSERT INTO feed_leases (source_id, holder, lease_until) VALUES (?, '', '') "
                 "ON CONFLICT DO NOTHING",
-                [(source_id,) for _, source_id in wanted],
+                sorted((source_id,) for _, source_id in wanted),  # one lock order: no deadlock
             )
             rows = {}
             for chunk in _chunks([source_id for _, source_id in wanted]):

@@ -17,7 +17,6 @@ import logging
 import os
 import pkgutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,7 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vesti_scrapy.launch import DEFAULT_PROJECT, make_launcher, spawn_urls_crawl
-from vesti_scrapy.storage import StorageError
+from vesti_scrapy.storage import StorageError, database_target
 from vesti_scrapy.storage.records import ImportJobError, JobNotFound, JobStateError
 from vesti_scrapy.web.auth import TOKEN_ENV, FormExpired, Guard, GuardMiddleware
 from vesti_scrapy.web.routes import ROUTERS
@@ -39,7 +38,8 @@ SCRAPYD_ENV = "VESTI_SCRAPYD_URL"
 
 @dataclass(frozen=True)
 class WebConfig:
-    db: Path
+    # VESTI_DB: a SQLite file or a PostgreSQL URL.
+    db: str
     scrapyd: str | None = None
     project: str = DEFAULT_PROJECT
     settings: tuple[str, ...] = ()
@@ -48,7 +48,7 @@ class WebConfig:
     @classmethod
     def from_env(cls) -> WebConfig:
         return cls(
-            db=Path(os.environ.get("VESTI_DB") or "data/vesti.db"),
+            db=database_target(os.environ.get("VESTI_DB") or "data/vesti.db"),
             scrapyd=os.environ.get(SCRAPYD_ENV) or None,
             token=os.environ.get(TOKEN_ENV) or None,
         )
