@@ -61,8 +61,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         fake = self.server
         fake.authorizations.append(self.headers.get("Authorization"))
-        assert self.path.startswith("/listjobs.json?project=")
         with fake.lock:
+            if self.path == "/daemonstatus.json":
+                counts = {state: len(jobs) for state, jobs in fake.jobs.items()}
+                self._reply({"status": "ok", "node_name": "fake", "finished": 0, **counts})
+                return
+            assert self.path.startswith("/listjobs.json?project=")
             self._reply({"status": "ok", "finished": [], **fake.jobs})
 
     def do_POST(self) -> None:

@@ -233,9 +233,9 @@ def fake_scrapyd() -> Iterator[FakeScrapyd]:
         server.stop()
 
 
-def scrapyd_runner(url: str, tmp_path: Path) -> ScrapydRunner:
-    options = Options(db=tmp_path / "vesti.db", scrapyd=url, settings=("VESTI_DB=/srv/v.db",))
-    return ScrapydRunner(options, ScrapydClient.from_url(url))
+def scrapyd_runner(tmp_path: Path, *urls: str) -> ScrapydRunner:
+    options = Options(db=tmp_path / "vesti.db", scrapyd=urls, settings=("VESTI_DB=/srv/v.db",))
+    return ScrapydRunner(options, [ScrapydClient.from_url(url) for url in urls])
 
 
 def test_once_schedules_a_feeds_job_on_scrapyd(fake_scrapyd, project):
@@ -264,22 +264,64 @@ def test_once_schedules_a_feeds_job_on_scrapyd(fake_scrapyd, project):
 def test_no_second_job_while_one_is_pending_or_running(fake_scrapyd, tmp_path, caplog, state):
     fake_scrapyd.jobs[state] = [{"id": "j0", "spider": "feeds", "project": "vesti_scrapy"}]
     with caplog.at_level(logging.INFO, logger="vesti.schedule"):
-        assert scrapyd_runner(fake_scrapyd.url, tmp_path).tick() is Outcome.BUSY
+        assert scrapyd_runner(tmp_path, fake_scrapyd.url).tick() is Outcome.BUSY
     assert fake_scrapyd.scheduled == []
     assert f"Feeds job j0 is still {state}" in caplog.text
 
 
 def test_jobs_of_other_spiders_do_not_block(fake_scrapyd, tmp_path):
     fake_scrapyd.jobs["running"] = [{"id": "j0", "spider": "telegram"}]
-    assert scrapyd_runner(fake_scrapyd.url, tmp_path).tick() is Outcome.STARTED
+    assert scrapyd_runner(tmp_path, fake_scrapyd.url).tick() is Outcome.STARTED
     assert len(fake_scrapyd.scheduled) == 1
 
 
 def test_a_refusal_from_scrapyd_is_logged(fake_scrapyd, tmp_path, caplog):
     fake_scrapyd.schedule_reply = {"status": "error", "message": "project 'vesti_scrapy' not found"}
     with caplog.at_level(logging.INFO, logger="vesti.schedule"):
-        assert scrapyd_runner(fake_scrapyd.url, tmp_path).tick() is Outcome.FAILED
+        assert scrapyd_runner(tmp_path, fake_scrapyd.url).tick() is Outcome.FAILED
     assert "project 'vesti_scrapy' not found" in caplog.text
+
+
+def test_a_fleet_gets_a_job_on_every_node_with_a_free_slot(tmp_path, caplog):
+    free, busy, queued = FakeScrapyd(), FakeScrapyd(), FakeScrapyd()
+    down = FakeScrapyd()
+    down_url = down.url
+    down.stop()  # a node that cannot be reached
+    busy.jobs["running"] = [{"id": "b1", "spider": "feeds"}]
+    queued.jobs["pending"] = [{"id": "q1", "spider": "urls"}]  # its processes are all taken
+    try:
+        runner = scrapyd_runner(tmp_path, free.url, down_url, busy.url, queued.url)
+        with caplog.at_level(logging.INFO, logger="vesti.schedule"):
+            assert runner.tick() is Outcome.STARTED
+        assert len(free.scheduled) == 1
+        assert busy.scheduled == [] and queued.scheduled == []
+        assert f"Feeds job b1 is still running on scrapyd at {busy.url}" in caplog.text
+        assert f"1 job(s) of other spiders wait for a process on scrapyd at {queued.url}" in (
+            caplog.text
+        )
+        unreachable = [r for r in caplog.records if down_url in r.getMessage()]
+        assert len(unreachable) == 1 and "cannot be used" in unreachable[0].getMessage()
+        # The next tick: the free node's job is pending now, so nobody gets another.
+        caplog.clear()
+        assert runner.tick() is Outcome.BUSY
+        assert len(free.scheduled) == 1
+    finally:
+        for node in (free, busy, queued):
+            node.stop()
+
+
+def test_nodes_come_from_the_setting_when_no_scrapyd_is_given(fake_scrapyd, project):
+    other = FakeScrapyd()
+    try:
+        result = run_schedule(
+            project,
+            "--once",
+            env=project.env(VESTI_SCRAPYD_NODES=f"{fake_scrapyd.url}, {other.url}"),
+        )
+        assert result.returncode == 0, result.stderr
+        assert len(fake_scrapyd.scheduled) == 1 and len(other.scheduled) == 1
+    finally:
+        other.stop()
 
 
 def test_once_with_scrapyd_down_logs_and_exits_0(project):
@@ -298,7 +340,7 @@ def test_the_loop_survives_scrapyd_down_and_schedules_once_it_is_back(tmp_path, 
     probe = FakeScrapyd()
     port = probe.server_address[1]
     probe.stop()
-    runner = scrapyd_runner(f"http://127.0.0.1:{port}/", tmp_path)
+    runner = scrapyd_runner(tmp_path, f"http://127.0.0.1:{port}/")
     stop = threading.Event()
     loop = threading.Thread(target=scheduler.run_loop, args=(runner, 0.1, stop))
     server = None

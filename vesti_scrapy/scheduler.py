@@ -11,9 +11,12 @@ still pending or running:
   drops it when the crawl exits, even on ``kill -9``, so a crash never leaves a stale
   lock behind. The crontab line of ``--print-cron`` takes the same lock with
   ``flock -n``, so cron and a running scheduler exclude each other too.
-* **scrapyd** (``--scrapyd URL``): ``listjobs.json`` decides; a ``feeds`` job that is
-  pending or running means no new one. Otherwise ``schedule.json`` queues one. When
-  scrapyd cannot be reached, the tick logs why and the next tick tries again.
+* **scrapyd** (``--scrapyd URL``, repeatable for a fleet, or ``VESTI_SCRAPYD_NODES``):
+  on each node, ``listjobs.json`` and ``daemonstatus.json`` decide; a ``feeds`` job that
+  is pending or running there, or jobs waiting in its queue, mean no new one. Otherwise
+  ``schedule.json`` queues one. A node that cannot be reached is skipped with one log
+  line and asked again at the next tick. The nodes' crawls share one PostgreSQL
+  database, whose feed leases keep any two from polling the same feed.
 
 Crawls run in their own session and outlive the scheduler: stopping it (Ctrl-C, SIGTERM)
 never cuts a crawl short, and the lock keeps the next scheduler from overlapping it.
@@ -74,7 +77,9 @@ def cron_line(options: Options, cwd: Path, python: str = sys.executable) -> str:
     env.append(f"VESTI_DB={options.db}")
     if options.scrapyd:
         command = [python, "-m", "vesti_scrapy", "schedule", "--once"]
-        command += ["--scrapyd", options.scrapyd, "--project", options.project]
+        for url in options.scrapyd:
+            command += ["--scrapyd", url]
+        command += ["--project", options.project]
         for setting in options.settings:
             command += ["--setting", setting]
         log = log_dir / "schedule-cron.log"

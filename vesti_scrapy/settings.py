@@ -18,6 +18,9 @@ COMMANDS_MODULE = "vesti_scrapy.commands"
 # --- Project paths and identity ---------------------------------------------------------
 # The database: a SQLite file with sources, posts, per-feed state, runs and import jobs.
 VESTI_DB = os.environ.get("VESTI_DB", "data/vesti.db")
+# The scrapyd nodes `vesti schedule` queues crawls on when given no --scrapyd
+# (comma-separated URLs; empty: local crawls).
+VESTI_SCRAPYD_NODES = os.environ.get("VESTI_SCRAPYD_NODES", "")
 # Where the scheduler's lock and the crawls' logs go when VESTI_DB is a PostgreSQL URL
 # (with a SQLite file they go beside it).
 VESTI_DATA_DIR = os.environ.get("VESTI_DATA_DIR", "data")

@@ -11,13 +11,27 @@ from pathlib import Path
 import click
 
 from vesti_scrapy import scheduler
-from vesti_scrapy.cli import database_path, db_option, fail, malformed_setting, setting_option
+from vesti_scrapy.cli import (
+    database_path,
+    db_option,
+    fail,
+    malformed_setting,
+    project_settings,
+    setting_option,
+)
 from vesti_scrapy.launch import DEFAULT_PROJECT, Options, make_runner
 from vesti_scrapy.launch.common import DEFAULT_INTERVAL, DEFAULT_KEEP_LOGS
 
 
 @click.command()
-@click.option("--scrapyd", metavar="URL", help="schedule jobs on scrapyd instead of local crawls")
+@click.option(
+    "--scrapyd",
+    "nodes",
+    metavar="URL",
+    multiple=True,
+    help="schedule jobs on scrapyd instead of local crawls; repeat for a fleet of nodes "
+    "(default: $VESTI_SCRAPYD_NODES, comma-separated)",
+)
 @click.option("--project", default=DEFAULT_PROJECT, show_default=True, help="scrapyd project")
 @db_option
 @click.option("--once", is_flag=True, help="one tick, then exit")
@@ -43,7 +57,7 @@ from vesti_scrapy.launch.common import DEFAULT_INTERVAL, DEFAULT_KEEP_LOGS
     help="local crawl logs to keep in logs/ next to the database",
 )
 def schedule(
-    scrapyd: str | None,
+    nodes: tuple[str, ...],
     project: str,
     once: bool,
     print_cron: bool,
@@ -60,6 +74,8 @@ def schedule(
     if interval <= 0:
         fail("--interval must be positive")
         return 1
+    listed = project_settings().getlist("VESTI_SCRAPYD_NODES")
+    scrapyd = nodes or tuple(url.strip() for url in listed if url.strip())
     options = Options(
         db=database_path(),
         scrapyd=scrapyd,
@@ -84,7 +100,7 @@ def schedule(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    target = f"scrapyd at {scrapyd}" if scrapyd else "local crawls"
+    target = f"scrapyd at {', '.join(scrapyd)}" if scrapyd else "local crawls"
     scheduler.logger.info("Scheduling feeds crawls every %g s (%s)", interval, target)
     scheduler.run_loop(make_runner(options), interval, stop)
     return 0

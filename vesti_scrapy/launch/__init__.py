@@ -69,8 +69,8 @@ def make_launcher(
 
 
 def make_runner(options: Options) -> LocalRunner | ScrapydRunner:
-    """The scheduler's runner: a scrapyd job per tick with ``options.scrapyd``, else a
+    """The scheduler's runner: a scrapyd job per node and tick with ``options.scrapyd``, else a
     local crawl."""
     if options.scrapyd:
-        return ScrapydRunner(options, ScrapydClient.from_url(options.scrapyd))
+        return ScrapydRunner(options, [ScrapydClient.from_url(url) for url in options.scrapyd])
     return LocalRunner(options)

@@ -38,7 +38,8 @@ class Outcome(enum.Enum):
 class Options:
     # VESTI_DB: a SQLite file or a PostgreSQL URL.
     db: str | os.PathLike[str]
-    scrapyd: str | None = None
+    # scrapyd nodes to schedule on (none: local crawls).
+    scrapyd: tuple[str, ...] = ()
     project: str = DEFAULT_PROJECT
     interval: float = DEFAULT_INTERVAL
     # NAME=VALUE Scrapy settings for every crawl (`-s` locally, `setting=` for scrapyd).

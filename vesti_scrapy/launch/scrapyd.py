@@ -1,7 +1,8 @@
-"""scrapyd: the two calls launching needs from its JSON API, and the launchers on top.
+"""scrapyd: the calls launching needs from its JSON API, and the launchers on top.
 
-``listjobs.json`` decides whether a crawl runs. For the scheduler (``ScrapydRunner``) a
-pending or running ``feeds`` job means no new one. For the dashboard (``ScrapydLauncher``)
+``listjobs.json`` decides whether a crawl runs. For the scheduler (``ScrapydRunner``, one
+node or a fleet) a pending or running ``feeds`` job on a node means no new one there, and
+so do jobs waiting in its queue (``daemonstatus.json``). For the dashboard (``ScrapydLauncher``)
 such a job counts as scope ``all`` unless it is known to be one source's: a pending job's
 arguments say so (``source=``), and for a running job (whose arguments scrapyd does not
 list) the launcher remembers the jobs it scheduled. Two requests to one launcher at once
@@ -52,7 +53,7 @@ class ScrapydError(Exception):
 
 @dataclass
 class ScrapydClient:
-    """The two calls launching needs from scrapyd's JSON API."""
+    """The calls launching needs from scrapyd's JSON API."""
 
     url: str
     auth: str | None = None
@@ -72,6 +73,10 @@ class ScrapydClient:
             parts = parts._replace(netloc=netloc)
         base = urllib.parse.urlunsplit(parts)
         return cls(base if base.endswith("/") else base + "/", auth)
+
+    def daemon_status(self) -> dict[str, Any]:
+        """The node's load: its ``pending`` and ``running`` jobs of every project."""
+        return self._call("daemonstatus.json", None, LISTJOBS_TIMEOUT)
 
     def list_jobs(self, project: str) -> dict[str, Any]:
         query = urllib.parse.urlencode({"project": project})
@@ -109,35 +114,52 @@ class ScrapydClient:
 
 @dataclass
 class ScrapydRunner:
-    """Queues `feeds` jobs on scrapyd, one at a time, guarded by listjobs.json."""
+    """Queues a `feeds` job on every scrapyd node with a free slot: none of its `feeds`
+    jobs pending or running (listjobs.json), and nothing waiting in its queue
+    (daemonstatus.json). With several nodes sharing one PostgreSQL database, the crawls'
+    feed leases make sure no two of them poll the same feed. A node that cannot be
+    reached is skipped with one log line; the next tick asks it again."""
 
     options: Options
-    client: ScrapydClient
+    clients: list[ScrapydClient]
 
     def tick(self) -> Outcome:
+        outcomes = [self._tick(client) for client in self.clients]
+        for outcome in (Outcome.STARTED, Outcome.BUSY):
+            if outcome in outcomes:
+                return outcome
+        return Outcome.FAILED
+
+    def _tick(self, client: ScrapydClient) -> Outcome:
         try:
-            jobs = self.client.list_jobs(self.options.project)
-            for state in ("pending", "running"):
-                for job in jobs.get(state, []):
-                    if job.get("spider") == SPIDER:
-                        logger.info(
-                            "Feeds job %s is still %s on scrapyd; not scheduling another",
-                            job.get("id", "?"),
-                            state,
-                        )
-                        return Outcome.BUSY
-            job_id = self.client.schedule(
+            busy = self._busy(client)
+            if busy:
+                logger.info("%s on scrapyd at %s; not scheduling another", busy, client.url)
+                return Outcome.BUSY
+            job_id = client.schedule(
                 self.options.project, SPIDER, self.options.arguments, self.options.settings
             )
         except ScrapydError as exc:
             logger.error(
                 "scrapyd at %s cannot be used (%s); trying again at the next tick",
-                self.client.url,
+                client.url,
                 exc,
             )
             return Outcome.FAILED
-        logger.info("Scheduled feeds job %s on scrapyd at %s", job_id, self.client.url)
+        logger.info("Scheduled feeds job %s on scrapyd at %s", job_id, client.url)
         return Outcome.STARTED
+
+    def _busy(self, client: ScrapydClient) -> str | None:
+        """Why the node has no free slot for a feeds job; None when it has one."""
+        jobs = client.list_jobs(self.options.project)
+        for state in ("pending", "running"):
+            for job in jobs.get(state, []):
+                if job.get("spider") == SPIDER:
+                    return f"Feeds job {job.get('id', '?')} is still {state}"
+        pending = int(client.daemon_status().get("pending") or 0)
+        if pending:
+            return f"{pending} job(s) of other spiders wait for a process"
+        return None
 
     def close(self) -> None:
         pass
