@@ -156,13 +156,15 @@ class FeedsSpider(scrapy.Spider):
             if reason == "dead":
                 dead.append(source.slug)
             elif reason is None:
-                selected.append((source, row.poll_url))
+                selected.append((row.next_due_at or "", source, row.poll_url))
         for slug in dead:
             logger.info("Skipping dead source %s (name it with -a source= to try it)", slug)
         self.crawler.stats.set_value("feeds/skipped_dead", len(dead))
         claims = self.crawler.get_extension(FeedClaims)
+        # The most overdue first (never polled: first of all), should a claim be capped.
+        selected.sort(key=lambda due: due[0])
         try:
-            return await claims.claim([(s.slug, (s, url)) for s, url in selected])
+            return await claims.claim([(s.slug, (s, url)) for _, s, url in selected])
         except StorageError:
             return []
 

@@ -50,6 +50,9 @@ VESTI_DEAD_AFTER_ERRORS = 5
 # Seconds a crawl's claim on the feeds it polls lasts unless renewed (every third of it):
 # a crawl killed outright holds them this long, unless the next crawl runs on its host.
 VESTI_FEED_LEASE = float(os.environ.get("VESTI_FEED_LEASE", "600"))
+# The most feeds one crawl claims, the most overdue first (0: every due feed). On a fleet
+# it spreads a tick's due feeds over the nodes' crawls.
+VESTI_FEED_CLAIM_MAX = int(os.environ.get("VESTI_FEED_CLAIM_MAX", "0"))
 
 # --- Safety --------------------------------------------------------------------------
 # Both are on by default in Scrapy 2.19; the remote control runs Python sent to a local

@@ -36,16 +36,22 @@ logger = logging.getLogger(__name__)
 
 
 class FeedClaims:
-    def __init__(self, crawler: Crawler, lease_seconds: float) -> None:
+    def __init__(self, crawler: Crawler, lease_seconds: float, limit: int = 0) -> None:
         self.crawler = crawler
         self.lease_seconds = lease_seconds
+        # At most this many feeds per crawl (0: all): the due feeds of a fleet's tick are
+        # spread over its nodes' crawls instead of all going to the first.
+        self.limit = limit
         self._heartbeat: Any = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         if crawler.settings.getbool("VESTI_DRY_RUN"):
             raise NotConfigured  # no database: nothing to claim
-        extension = cls(crawler, crawler.settings.getfloat("VESTI_FEED_LEASE"))
+        settings = crawler.settings
+        extension = cls(
+            crawler, settings.getfloat("VESTI_FEED_LEASE"), settings.getint("VESTI_FEED_CLAIM_MAX")
+        )
         crawler.signals.connect(extension.spider_closed, signal=signals.spider_closed)
         return extension
 
@@ -54,15 +60,23 @@ class FeedClaims:
         return self.crawler.get_extension(CrawlDatabase)
 
     async def claim(self, feeds: Sequence[tuple[str, T]]) -> list[T]:
-        """Of ``feeds`` (slug, anything), those this crawl now holds."""
+        """Of ``feeds`` (slug, anything; the most urgent first), those this crawl now
+        holds."""
         if not feeds:
             return []
         slugs = [slug for slug, _ in feeds]
         claim = await self.database.run(
             lambda storage: storage.feed_leases.claim(
-                slugs, self.database.holder, self.lease_seconds
+                slugs, self.database.holder, self.lease_seconds, self.limit
             )
         )
+        if claim.left:
+            self.crawler.stats.set_value("feeds/left_for_next_crawl", len(claim.left))
+            logger.info(
+                "Claimed %d feed(s), VESTI_FEED_CLAIM_MAX; %d due feed(s) left for the next crawl",
+                len(claim.claimed),
+                len(claim.left),
+            )
         elsewhere = len(claim.held_elsewhere)
         self.crawler.stats.set_value("feeds/leased_elsewhere", elsewhere)
         if elsewhere:

@@ -25,6 +25,8 @@ class FeedClaim:
 
     claimed: list[str] = field(default_factory=list)
     held_elsewhere: list[str] = field(default_factory=list)
+    # Free, but over the claim's limit: left to the next crawl.
+    left: list[str] = field(default_factory=list)
 
 
 class FeedLeases(Leases):
@@ -39,9 +41,12 @@ class FeedLeases(Leases):
     until = "lease_until"
     held = "holder <> ''"
 
-    def claim(self, slugs: Iterable[str], holder: str, lease_seconds: float) -> FeedClaim:
+    def claim(
+        self, slugs: Iterable[str], holder: str, lease_seconds: float, limit: int = 0
+    ) -> FeedClaim:
         """Claim the feeds ``slugs`` names for ``holder``, in one write transaction: two
-        crawls claiming at once never share a feed."""
+        crawls claiming at once never share a feed. With ``limit``, at most that many
+        (the first free ones in ``slugs``' order); the other free ones are ``left``."""
         now = time.time()
         until = stamp(now + lease_seconds)
         result = FeedClaim()
@@ -72,6 +77,8 @@ class FeedLeases(Leases):
                     and not self.lost(row["holder"], row["lease_until"], stamp(now))
                 ):
                     result.held_elsewhere.append(slug)
+                elif limit and len(result.claimed) >= limit:
+                    result.left.append(slug)
                 else:
                     result.claimed.append(slug)
                     taken.append((holder, until, source_id))
