@@ -164,7 +164,7 @@ class FeedsSpider(scrapy.Spider):
         # The most overdue first (never polled: first of all), should a claim be capped.
         selected.sort(key=lambda due: due[0])
         try:
-            return await claims.claim([(s.slug, (s, url)) for _, s, url in selected])
+            return await claims.claim([(s.slug, url, (s, url)) for _, s, url in selected])
         except StorageError:
             return []
 

@@ -63,7 +63,6 @@ class Site:
         self.pages: dict[str, Page] = {}
         self.log: list[LoggedRequest] = []
         self.lock = threading.Lock()
-        self.base = ""
 
     def put(
         self,
@@ -130,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
             assert page is not None
             status, body, headers = page.fail_status, b"failing", {"Content-Type": "text/plain"}
         else:
-            status, body, headers = self._answer(page, site.base)
+            status, body, headers = self._answer(page, self.server.base_url)
         with site.lock:
             site.log.append(LoggedRequest(path, status, dict(self.headers.items())))
         self.send_response(status)
@@ -171,15 +170,17 @@ class _Handler(BaseHTTPRequestHandler):
 class SiteServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, site: Site, port: int = 0) -> None:
-        super().__init__(("127.0.0.1", port), _Handler)
+    def __init__(self, site: Site, port: int = 0, host: str = "127.0.0.1") -> None:
+        # Another loopback address (127.0.0.2 …) is another host to a crawler: its own
+        # download slot and host lease.
+        super().__init__((host, port), _Handler)
         self.site = site
-        site.base = self.base_url
+        self.host = host
         self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"http://{self.host}:{self.server_address[1]}"
 
     def url(self, path: str) -> str:
         return self.base_url + path

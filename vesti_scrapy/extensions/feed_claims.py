@@ -1,4 +1,5 @@
-"""The feeds this crawl polls, claimed so that no other crawl polls them meanwhile.
+"""The feeds this crawl polls, and their hosts, claimed so that no other crawl polls them
+meanwhile.
 
 The feeds spider asks :meth:`FeedClaims.claim` for the feeds it selected; what another
 live crawl holds (on this machine or another node sharing the database) is left out and
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
@@ -59,15 +61,16 @@ class FeedClaims:
     def database(self) -> CrawlDatabase:
         return self.crawler.get_extension(CrawlDatabase)
 
-    async def claim(self, feeds: Sequence[tuple[str, T]]) -> list[T]:
-        """Of ``feeds`` (slug, anything; the most urgent first), those this crawl now
-        holds."""
+    async def claim(self, feeds: Sequence[tuple[str, str, T]]) -> list[T]:
+        """Of ``feeds`` (slug, the URL to poll, anything; the most urgent first), those
+        this crawl now holds, with their hosts."""
         if not feeds:
             return []
-        slugs = [slug for slug, _ in feeds]
+        slugs = [slug for slug, _, _ in feeds]
+        hosts = {slug: (urlsplit(url).hostname or "") for slug, url, _ in feeds}
         claim = await self.database.run(
             lambda storage: storage.feed_leases.claim(
-                slugs, self.database.holder, self.lease_seconds, self.limit
+                slugs, self.database.holder, self.lease_seconds, self.limit, hosts
             )
         )
         if claim.left:
@@ -89,7 +92,7 @@ class FeedClaims:
             self._heartbeat = create_looping_call(self._beat)
             self._heartbeat.start(max(0.5, self.lease_seconds / 3), now=False)
         held = set(claim.claimed)
-        return [extra for slug, extra in feeds if slug in held]
+        return [extra for slug, _, extra in feeds if slug in held]
 
     def _beat(self) -> None:
         deferred_from_coro(self._renew())
@@ -97,8 +100,8 @@ class FeedClaims:
     async def _renew(self) -> None:
         try:
             await self.database.run(
-                lambda storage: storage.feed_leases.renew_holder(
-                    self.database.holder, self.lease_seconds, returning="source_id"
+                lambda storage: storage.feed_leases.renew_all(
+                    self.database.holder, self.lease_seconds
                 )
             )
         except StorageError as exc:

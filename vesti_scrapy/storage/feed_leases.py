@@ -7,6 +7,10 @@ holder's process on this host is gone, is taken over. All of one claim is one wr
 transaction: of two crawls claiming at once, the second sees every lease of the first.
 A feed's lease is given back in the transaction that stores its result
 (:meth:`FeedLeases.release`).
+
+A feed's host is claimed with it (``host_leases``), and held until the crawl ends: a host
+another live crawl holds leaves all its feeds to that crawl, so the per-host limit of
+requests in flight holds across every crawl and node, not only within one.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from vesti_scrapy.storage.queue import Leases
 from vesti_scrapy.timefmt import stamp
@@ -42,40 +47,36 @@ class FeedLeases(Leases):
     held = "holder <> ''"
 
     def claim(
-        self, slugs: Iterable[str], holder: str, lease_seconds: float, limit: int = 0
+        self,
+        slugs: Iterable[str],
+        holder: str,
+        lease_seconds: float,
+        limit: int = 0,
+        hosts: dict[str, str] | None = None,
     ) -> FeedClaim:
         """Claim the feeds ``slugs`` names for ``holder``, in one write transaction: two
-        crawls claiming at once never share a feed. With ``limit``, at most that many
-        (the first free ones in ``slugs``' order); the other free ones are ``left``."""
-        now = time.time()
-        until = stamp(now + lease_seconds)
+        crawls claiming at once never share a feed. With ``hosts`` (slug: host), a feed's
+        host is claimed with it, and a host another live crawl holds leaves all its feeds
+        to that crawl. With ``limit``, at most that many feeds (the first free ones in
+        ``slugs``' order); the other free ones are ``left``."""
+        now = stamp()
+        until = stamp(time.time() + lease_seconds)
+        hosts = hosts or {}
         result = FeedClaim()
         with self.db.transaction():
             ids = {row[0]: row[1] for row in self.db.all("SELECT slug, id FROM sources")}
             wanted = [(slug, ids[slug]) for slug in slugs if slug in ids]
-            self.db.executemany(
-                "INSERT INTO feed_leases (source_id, holder, lease_until) VALUES (?, '', '') "
-                "ON CONFLICT DO NOTHING",
-                sorted((source_id,) for _, source_id in wanted),  # one lock order: no deadlock
-            )
-            rows = {}
-            for chunk in _chunks([source_id for _, source_id in wanted]):
-                rows.update(
-                    (row["source_id"], row)
-                    for row in self.db.all(
-                        "SELECT source_id, holder, lease_until FROM feed_leases "
-                        f"WHERE source_id IN ({', '.join('?' for _ in chunk)})"
-                        + self.db.skip_locked,
-                        chunk,
-                    )
-                )
+            feeds = self._lock("feed_leases", "source_id", sorted({i for _, i in wanted}))
+            host_rows = self._lock("host_leases", "host", sorted(set(hosts.values())))
+            blocked = {
+                host
+                for host in hosts.values()
+                if host not in host_rows or self._taken(host_rows[host], holder, now)
+            }
             taken = []
             for slug, source_id in wanted:
-                row = rows.get(source_id)
-                if row is None or (
-                    row["holder"] not in ("", holder)
-                    and not self.lost(row["holder"], row["lease_until"], stamp(now))
-                ):
+                row = feeds.get(source_id)
+                if row is None or self._taken(row, holder, now) or hosts.get(slug) in blocked:
                     result.held_elsewhere.append(slug)
                 elif limit and len(result.claimed) >= limit:
                     result.left.append(slug)
@@ -85,7 +86,46 @@ class FeedLeases(Leases):
             self.db.executemany(
                 "UPDATE feed_leases SET holder = ?, lease_until = ? WHERE source_id = ?", taken
             )
+            self.db.executemany(
+                "UPDATE host_leases SET holder = ?, lease_until = ? WHERE host = ?",
+                sorted({(holder, until, hosts[slug]) for slug in result.claimed if slug in hosts}),
+            )
         return result
+
+    def _lock(self, table: str, key: str, keys: list[Any]) -> dict[Any, Any]:
+        """The lease rows of ``keys`` (made if missing), locked: on PostgreSQL without
+        those a concurrent claim has locked, which are left out."""
+        self.db.executemany(
+            f"INSERT INTO {table} ({key}, holder, lease_until) VALUES (?, '', '') "
+            "ON CONFLICT DO NOTHING",
+            [(value,) for value in keys],
+        )
+        rows: dict[Any, Any] = {}
+        for chunk in _chunks(keys):
+            rows.update(
+                (row[key], row)
+                for row in self.db.all(
+                    f"SELECT {key}, holder, lease_until FROM {table} "
+                    f"WHERE {key} IN ({', '.join('?' for _ in chunk)})" + self.db.skip_locked,
+                    chunk,
+                )
+            )
+        return rows
+
+    def _taken(self, row: Any, holder: str, now: str) -> bool:
+        """Whether a lease row is another live crawl's."""
+        return row["holder"] not in ("", holder) and not self.lost(
+            row["holder"], row["lease_until"], now
+        )
+
+    def renew_all(self, holder: str, seconds: float) -> None:
+        """Extend every feed and host lease ``holder`` has."""
+        until = stamp(time.time() + seconds)
+        with self.db.transaction():
+            for table in ("feed_leases", "host_leases"):
+                self.db.execute(
+                    f"UPDATE {table} SET lease_until = ? WHERE holder = ?", (until, holder)
+                )
 
     def release(self, slugs: Iterable[str], holder: str) -> None:
         """Give back ``holder``'s leases on these feeds (joins the caller's transaction:
@@ -98,8 +138,13 @@ class FeedLeases(Leases):
             )
 
     def release_holder(self, holder: str) -> int:
-        """Give back every lease ``holder`` still has (its crawl is closing)."""
+        """Give back every feed and host lease ``holder`` still has (its crawl is
+        closing); returns how many feeds it held."""
         with self.db.transaction():
+            self.db.execute(
+                "UPDATE host_leases SET holder = '', lease_until = '' WHERE holder = ?",
+                (holder,),
+            )
             cursor = self.db.execute(
                 "UPDATE feed_leases SET holder = '', lease_until = '' WHERE holder = ?",
                 (holder,),
@@ -111,6 +156,6 @@ class FeedLeases(Leases):
         return int(self.db.scalar("SELECT count(*) FROM feed_leases WHERE holder <> ''"))
 
 
-def _chunks(values: list[int], size: int = 500) -> Iterator[list[int]]:
+def _chunks(values: list[Any], size: int = 500) -> Iterator[list[Any]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]

@@ -15,6 +15,7 @@ from vesti_scrapy.storage.migrations.postgres import (
     v006_drop_full_sha256_index,
     v007_crawls_and_fetched_articles,
     v008_feed_leases,
+    v009_host_leases,
 )
 
 if TYPE_CHECKING:
@@ -29,5 +30,6 @@ MIGRATIONS: list[Callable[[psycopg.Connection], None]] = [
     v006_drop_full_sha256_index.up,
     v007_crawls_and_fetched_articles.up,
     v008_feed_leases.up,
+    v009_host_leases.up,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,56 @@
+"""Host leases and the claim limit (storage/feed_leases.py): the feeds of one host are
+polled by one crawl at a time, so the per-host limit holds across crawls and nodes; a
+crawl claims at most ``limit`` feeds and leaves the rest to the next. Storage on each
+backend (conftest's ``db_target``), no crawl process."""
+
+from __future__ import annotations
+
+import pytest
+from test_unit_storage_feed_leases import ALICE, BOB, source
+
+from vesti_scrapy.storage import open_storage
+
+HOSTS = {"a1": "a.test", "a2": "a.test", "b1": "b.test", "c1": "c.test"}
+
+
+@pytest.fixture
+def storage(db_target: str):
+    opened = open_storage(db_target)
+    opened.sources.sync([source(slug) for slug in HOSTS])
+    yield opened
+    opened.close()
+
+
+def test_a_host_held_by_another_crawl_leaves_all_its_feeds_to_it(storage):
+    first = storage.feed_leases.claim(["a1"], ALICE, 600, hosts=HOSTS)
+    assert first.claimed == ["a1"]
+    # a2 is free as a feed, but its host is a1's: polling it now would double the host's
+    # requests in flight.
+    second = storage.feed_leases.claim(["a2", "b1"], BOB, 600, hosts=HOSTS)
+    assert second.claimed == ["b1"]
+    assert second.held_elsewhere == ["a2"]
+    # The first crawl itself may take more of its host's feeds.
+    assert storage.feed_leases.claim(["a2"], ALICE, 600, hosts=HOSTS).claimed == ["a2"]
+
+
+def test_a_host_is_free_again_when_its_crawl_ends_not_when_one_feed_is_stored(storage):
+    storage.feed_leases.claim(["a1", "a2"], ALICE, 600, hosts=HOSTS)
+    storage.feed_leases.release(["a1", "a2"], ALICE)  # both feeds' results stored
+    assert storage.feed_leases.claim(["a1"], BOB, 600, hosts=HOSTS).held_elsewhere == ["a1"]
+    storage.feed_leases.release_holder(ALICE)  # the crawl ended
+    assert storage.feed_leases.claim(["a1"], BOB, 600, hosts=HOSTS).claimed == ["a1"]
+
+
+def test_a_host_lease_that_ran_out_is_taken_over(storage):
+    storage.feed_leases.claim(["a1"], BOB, 600, hosts=HOSTS)
+    storage.feed_leases.renew_all(BOB, -1)  # as if BOB had stopped renewing long ago
+    claim = storage.feed_leases.claim(["a1", "a2"], ALICE, 600, hosts=HOSTS)
+    assert sorted(claim.claimed) == ["a1", "a2"]
+
+
+def test_a_claim_takes_at_most_its_limit_in_the_order_asked(storage):
+    claim = storage.feed_leases.claim(["c1", "b1", "a1", "a2"], ALICE, 600, limit=2)
+    assert claim.claimed == ["c1", "b1"]
+    assert claim.left == ["a1", "a2"] and claim.held_elsewhere == []
+    # What was left is free for the next crawl.
+    assert storage.feed_leases.claim(["a1", "a2"], BOB, 600).claimed == ["a1", "a2"]

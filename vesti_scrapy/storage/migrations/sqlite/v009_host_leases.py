@@ -1,0 +1,20 @@
+"""Host leases: which crawl polls a host's feeds right now.
+
+A crawl that claims a feed claims its host too, and a host held by another live crawl
+leaves all its feeds to that crawl: so ``CONCURRENT_REQUESTS_PER_DOMAIN`` holds for a host
+across every crawl and node, not per crawl. A host's row is free (``holder = ''``) once
+its crawl ends; a crawl killed outright leaves it to run out like its feed leases.
+"""
+
+from sqlite3 import Connection
+
+
+def up(conn: Connection) -> None:
+    conn.execute(
+        """CREATE TABLE host_leases (
+            host        TEXT PRIMARY KEY,
+            holder      TEXT NOT NULL DEFAULT '',
+            lease_until TEXT NOT NULL DEFAULT ''
+        )"""
+    )
+    conn.execute("CREATE INDEX host_leases_holder ON host_leases(holder)")
