@@ -1,5 +1,5 @@
-"""Import jobs in SQLite without a crawl: creation, actions, leases, outcomes, counters,
-and the `import` / `jobs` commands."""
+"""Import jobs without a crawl, on each backend (conftest's ``db_target``): creation,
+actions, leases, outcomes, counters, and the `import` / `jobs` commands."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import assert_counters_exact
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vesti_scrapy.cli import main
@@ -21,6 +20,7 @@ from vesti_scrapy.imports import create_job
 from vesti_scrapy.storage import Storage, StorageError, open_storage
 from vesti_scrapy.storage.queue import holder_is_gone
 from vesti_scrapy.storage.records import (
+    IMPORT_ITEM_COUNTERS,
     ITEM_STATES,
     ClaimedItem,
     ImportJobError,
@@ -33,12 +33,29 @@ from vesti_scrapy.timefmt import stamp
 URLS = "\n".join(f"https://news.example/{n}" for n in range(5))
 
 
+def assert_counters_exact(storage: Storage) -> None:
+    """Every import job's counters equal the number of its items in each state (as
+    conftest's helper checks, read through the storage API: on either backend)."""
+    for job in storage.db.all("SELECT * FROM import_jobs"):
+        actual = dict.fromkeys(IMPORT_ITEM_COUNTERS.values(), 0)
+        for state, count in storage.db.all(
+            "SELECT state, count(*) FROM import_items WHERE job_id = ? GROUP BY state",
+            (job["id"],),
+        ):
+            actual[IMPORT_ITEM_COUNTERS[state]] += count
+        expected = {column: job[column] for column in IMPORT_ITEM_COUNTERS.values()}
+        assert expected == actual, f"job {job['id']}"
+        assert job["total"] == sum(actual.values())
+
+
 @pytest.fixture
-def storage(tmp_path: Path) -> Iterator[Storage]:
-    storage = open_storage(tmp_path / "vesti.db")
-    yield storage
-    assert_counters_exact(storage)
-    storage.close()
+def storage(db_target: str) -> Iterator[Storage]:
+    storage = open_storage(db_target)
+    try:
+        yield storage
+        assert_counters_exact(storage)
+    finally:
+        storage.close()
 
 
 def states(storage: Storage, job_id: int) -> list[str]:
@@ -250,10 +267,23 @@ operations = st.lists(
 )  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None)
-@given(operations)
-def test_counters_always_equal_the_item_states(ops: list[tuple[str, int, str]]) -> None:
-    storage = open_storage(":memory:")
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=operations)
+def test_counters_always_equal_the_item_states(
+    db_target: str, ops: list[tuple[str, int, str]]
+) -> None:
+    # One database for every example (the fixture is made once): each starts without jobs.
+    with open_storage(db_target) as storage:
+        with storage.transaction():
+            storage.db.execute("DELETE FROM import_items")
+            storage.db.execute("DELETE FROM import_jobs")
+        run_operations(storage, ops)
+
+
+def run_operations(storage: Storage, ops: list[tuple[str, int, str]]) -> None:
+    """Apply ``ops`` to ``storage``; after each, the counters equal the item states."""
     jobs: list[int] = []
     claimed: list[ClaimedItem] = []
     for op, n, state in ops:
@@ -293,14 +323,13 @@ def test_counters_always_equal_the_item_states(ops: list[tuple[str, int, str]]) 
         except ImportJobError:
             pass
         assert_counters_exact(storage)
-    storage.close()
 
 
 # --- command line ---------------------------------------------------------------------
 
 
-def test_import_and_jobs_commands(tmp_path: Path, capsys, monkeypatch) -> None:
-    db = str(tmp_path / "vesti.db")
+def test_import_and_jobs_commands(db_target: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    db = db_target
     urls = tmp_path / "urls.txt"
     urls.write_text("https://a.example/1\nbad line here\nhttps://a.example/1#x\n")
     assert main(["import", str(urls), "--db", db]) == 0
@@ -341,4 +370,5 @@ def test_import_and_jobs_commands(tmp_path: Path, capsys, monkeypatch) -> None:
     assert "deleted with its 1 item(s); the stored posts stay" in capsys.readouterr().out
     assert main(["jobs", "--db", db, "show", "1"]) == 1
     assert "no import job 1" in capsys.readouterr().err
-    assert_counters_exact(db)
+    with open_storage(db) as storage:
+        assert_counters_exact(storage)

@@ -1,11 +1,12 @@
 """Storage: the repositories every caller uses, then what is SQLite's own (pragmas, schema
 versions and migrations, the query plans of the dedup lookups).
 
-The first part is a suite over the ``storage`` fixture: it speaks only the storage API
-(:func:`vesti_scrapy.storage.open_storage` and its repositories), so that another backend
-can be added to the fixture's ``params`` and pass the same tests. A feed's state is
+The first part is a suite over the ``storage`` fixture, on each backend (conftest's
+``db_target``: a SQLite file, a fresh PostgreSQL database): it speaks only the storage
+API (:func:`vesti_scrapy.storage.open_storage` and its repositories). A feed's state is
 written as a crawl writes it: through the store pipeline's transaction, which applies
-polling policy and stores what it decided.
+polling policy and stores what it decided. PostgreSQL's own behaviours are in
+test_unit_storage_postgres.py.
 """
 
 from __future__ import annotations
@@ -117,11 +118,10 @@ def runs(storage: Storage) -> list[tuple[Any, ...]]:
     ]
 
 
-@pytest.fixture(params=["sqlite"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+@pytest.fixture
+def storage(db_target: str) -> Iterator[Storage]:
     """An empty database with the registry synced in, on each backend."""
-    assert request.param == "sqlite"
-    opened = open_storage(tmp_path / "data" / "vesti.db")
+    opened = open_storage(db_target)
     opened.sources.sync(parse_sources(REGISTRY))
     try:
         yield opened
@@ -407,6 +407,40 @@ def test_reopening_changes_nothing(storage: Storage):
             assert [row.slug for row in again.sources.all()] == ["lwn", "phoronix"]
 
 
+# --- the schema, on each backend ----------------------------------------------------------
+
+
+def integrity_error(storage: Storage) -> type[Exception]:
+    """The driver's IntegrityError (storage lets it through: a bug in what we write)."""
+    if storage.db.backend == "postgresql":
+        import psycopg  # only with the PostgreSQL backend: the suite loads without it
+
+        return psycopg.IntegrityError
+    return sqlite3.IntegrityError
+
+
+def test_open_creates_the_schema_and_records_every_migration_once(db_target: str):
+    with open_storage(db_target) as opened:
+        assert opened.db.schema_version == SCHEMA_VERSION >= 7
+        versions = [
+            row["version"]
+            for row in opened.db.all("SELECT version FROM schema_migrations ORDER BY version")
+        ]
+        assert versions == list(range(1, SCHEMA_VERSION + 1))
+        tables = set(opened.db.tables())
+        assert {"sources", "posts", "rss_state", "runs", "crawls", "fetched_articles"} <= tables
+        columns = {c[0] for c in opened.db.execute("SELECT * FROM posts LIMIT 0").description}
+        assert {"canonical_url", "sha256", "substantive", "source_id", "text"} <= columns
+
+
+def test_foreign_keys_are_enforced(db_target: str):
+    with open_storage(db_target) as opened, pytest.raises(integrity_error(opened)):
+        opened.db.execute(
+            "INSERT INTO posts (source_id, url, canonical_url, sha256, fetched_at) "
+            "VALUES (999, 'u', 'u', 'h', 'now')"
+        )
+
+
 def test_an_unreachable_postgresql_server_is_a_clear_error_without_the_password():
     # Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
     with pytest.raises(StorageError, match="cannot connect to PostgreSQL") as failure:
@@ -445,14 +479,6 @@ def test_open_creates_the_schema_with_the_pragmas(tmp_path: Path):
         assert {"sources", "posts", "rss_state", "runs", "crawls", "fetched_articles"} <= tables
         columns = {r[1] for r in conn.execute("PRAGMA table_info(posts)")}
         assert {"canonical_url", "sha256", "substantive", "source_id", "text"} <= columns
-
-
-def test_foreign_keys_are_enforced(tmp_path: Path):
-    with open_storage(tmp_path / "vesti.db") as opened, pytest.raises(sqlite3.IntegrityError):
-        opened.db.conn.execute(
-            "INSERT INTO posts (source_id, url, canonical_url, sha256, fetched_at) "
-            "VALUES (999, 'u', 'u', 'h', 'now')"
-        )
 
 
 def test_reopening_keeps_the_schema(tmp_path: Path):

@@ -1,6 +1,7 @@
 """The crawls table (storage/crawls.py): a crawl that died without recording its end
 makes the next crawl on its host check the database first; an ordinary start does not
-pay for the check. Storage on tmp_path, no crawl process."""
+pay for the check. Storage on each backend (conftest's ``db_target``; the damaged file is
+SQLite's), no crawl process."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def unfinished(storage: Storage, pid: int, host: str | None = None) -> int:
 
 
 @pytest.fixture
-def storage(tmp_path: Path):
-    opened = open_storage(tmp_path / "vesti.db")
+def storage(db_target: str):
+    opened = open_storage(db_target)
     yield opened
     opened.close()
 

@@ -1,14 +1,13 @@
 """Feed leases (storage/feed_leases.py): a feed is polled by one crawl at a time. Two
 crawls' claims never share a feed, and a lease
 left by a killed crawl is taken over when it runs out, or at once on its own host.
-Storage on tmp_path, no crawl process."""
+Storage on each backend (conftest's ``db_target``), no crawl process."""
 
 from __future__ import annotations
 
 import os
 import socket
 import time
-from pathlib import Path
 
 import pytest
 from test_unit_storage_crawls import dead_pid
@@ -28,8 +27,8 @@ def source(slug: str) -> Source:
 
 
 @pytest.fixture
-def storage(tmp_path: Path):
-    opened = open_storage(tmp_path / "vesti.db")
+def storage(db_target: str):
+    opened = open_storage(db_target)
     opened.sources.sync([source(slug) for slug in ("a1", "a2", "b1", "c1")])
     yield opened
     opened.close()
@@ -57,9 +56,11 @@ def test_only_the_feeds_another_crawl_holds_are_left_to_it(storage):
 
 
 def test_a_lease_that_ran_out_is_taken_over(storage):
-    storage.feed_leases.claim(["a1"], BOB, 0.05)
+    # A second long: the next claim comes well before it ends, even on a loaded machine
+    # (a server round trip or two).
+    storage.feed_leases.claim(["a1"], BOB, 1.0)
     assert storage.feed_leases.claim(["a1"], ALICE, 600).held_elsewhere == ["a1"]
-    time.sleep(0.1)
+    time.sleep(1.1)
     assert storage.feed_leases.claim(["a1"], ALICE, 600).claimed == ["a1"]
     # And it is ALICE's now: BOB's release of it changes nothing.
     storage.feed_leases.release(["a1"], BOB)

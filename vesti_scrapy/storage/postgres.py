@@ -309,7 +309,9 @@ class PostgresDatabase(Transactions):
         """A consistent online dump with ``pg_dump --format=custom`` (restore it with
         ``pg_restore``)."""
         pg_dump = shutil.which("pg_dump")
-        command = f"pg_dump --format=custom --file={destination} '{self.path}'"
+        # Maintenance.backup writes to PATH.partial and renames it: a person runs it to PATH.
+        named = destination.with_name(destination.name.removesuffix(".partial"))
+        command = f"pg_dump --format=custom --file={named} '{self.path}'"
         if pg_dump is None:
             raise StorageError(
                 f"{self.path}: pg_dump is not installed here; run `{command}` where it is "
