@@ -95,16 +95,13 @@ def write(storage: Storage, posts: list[NewPost], results: list[FeedResult]) -> 
         record_results(storage, results, dead_after=DEAD_AFTER)
 
 
-def execute(db: Path, *statements: tuple[str, tuple[Any, ...]]) -> None:
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
+def execute(db: Path | str, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    with open_storage(db) as storage, storage.transaction():
         for sql, params in statements:
-            conn.execute(sql, params)
-    finally:
-        conn.close()
+            storage.db.execute(sql, params)
 
 
-def seed_database(db: Path) -> None:
+def seed_database(db: Path | str) -> None:
     """Five sources (one dead after five errors, one telegram), posts in every queue
     state, a post titled with a script tag, a post with a `javascript:` link, runs."""
     now = datetime.now(UTC).replace(microsecond=0)
