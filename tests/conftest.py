@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from scrapy.utils.test import get_crawler
 
 from vesti_scrapy import devserver
 from vesti_scrapy.devserver import Site, SiteServer
-from vesti_scrapy.storage import Storage, open_storage
+from vesti_scrapy.storage import Storage, is_postgres_url, open_storage
 from vesti_scrapy.storage.records import IMPORT_ITEM_COUNTERS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,6 +127,17 @@ def site() -> Iterator[tuple[Site, SiteServer]]:
         server.stop()
 
 
+@pytest.fixture
+def second_host(site: tuple[Site, SiteServer]) -> Iterator[SiteServer]:
+    """The same pages on 127.0.0.2: another host to a crawler (its own download slot and
+    host lease, so a second crawl may poll it while another crawl holds 127.0.0.1)."""
+    server = SiteServer(site[0], host="127.0.0.2").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def source_entry(slug: str, feed_url: str, **fields: Any) -> dict[str, Any]:
     return {
         "slug": slug,
@@ -144,13 +155,27 @@ def source_entry(slug: str, feed_url: str, **fields: Any) -> dict[str, Any]:
 
 @dataclass
 class Project:
-    """A crawl's files under tmp_path: the registry and the database."""
+    """A crawl's files under tmp_path (the registry) and its database, ``target`` as
+    ``VESTI_DB`` names it: a SQLite file (by default ``root/data/vesti.db``) or a
+    PostgreSQL URL."""
 
     root: Path
+    target: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.target:
+            self.target = str(self.root / "data" / "vesti.db")
+
+    @property
+    def backend(self) -> str:
+        return "postgresql" if is_postgres_url(self.target) else "sqlite"
 
     @property
     def db(self) -> Path:
-        return self.root / "data" / "vesti.db"
+        """The SQLite file, for the tests about SQLite itself (its files, its messages)."""
+        if self.backend != "sqlite":
+            raise TypeError(f"{self.target} is not a SQLite file")
+        return Path(self.target)
 
     @property
     def sources(self) -> Path:
@@ -161,7 +186,7 @@ class Project:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(VESTI_DB=str(self.db), VESTI_SOURCES=str(self.sources), **extra)
+        env.update(VESTI_DB=self.target, VESTI_SOURCES=str(self.sources), **extra)
         env.pop("DELTAFETCH_DIR", None)
         return env
 
@@ -185,23 +210,24 @@ class Project:
             timeout=180,
         )
         if check and result.returncode != 0:
-            raise AssertionError(f"crawl failed ({result.returncode}):\n{result.stderr[-4000:]}")
+            raise AssertionError(
+                f"crawl on {self.backend} failed ({result.returncode}):\n{result.stderr[-4000:]}"
+            )
         return result
 
     def open(self) -> Storage:
         """The project's database through the storage API (close it, or use ``with``)."""
-        return open_storage(self.db)
+        return open_storage(self.target)
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        conn = sqlite3.connect(self.db)
-        try:
-            return [tuple(row) for row in conn.execute(sql, params)]
-        finally:
-            conn.close()
+        """Rows of ``sql`` (``?`` placeholders, on either backend) as tuples."""
+        with self.open() as storage:
+            return [tuple(row) for row in storage.db.all(sql, params)]
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
+    """A project on SQLite."""
     return Project(tmp_path)
 
 
@@ -266,20 +292,52 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
 _postgres_databases = itertools.count(1)
 
 
-@pytest.fixture
-def postgres_url(request: pytest.FixtureRequest, postgres_server: PostgresServer) -> Iterator[str]:
-    """The URL of a fresh, empty database for this test (dropped afterwards)."""
+def _fresh_database(request: pytest.FixtureRequest, server: PostgresServer) -> str:
+    """The URL of a new, empty database on ``server``, dropped when ``request`` ends."""
     digest = hashlib.sha1(request.node.nodeid.encode(), usedforsecurity=False).hexdigest()[:10]
     name = f"test_{digest}_{next(_postgres_databases)}"
-    url = postgres_server.create_database(name)
-    yield url
-    postgres_server.drop_database(name)
+    url = server.create_database(name)
+    request.addfinalizer(lambda: server.drop_database(name))
+    return url
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.fixture
+def postgres_url(request: pytest.FixtureRequest, postgres_server: PostgresServer) -> str:
+    """The URL of a fresh, empty database for this test (dropped afterwards)."""
+    return _fresh_database(request, postgres_server)
+
+
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)]
+
+
+@pytest.fixture(params=BACKENDS)
 def db_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """``VESTI_DB`` for each database backend: a SQLite file under tmp_path, or a fresh
     PostgreSQL database's URL (the server starts only when a test asks for this one)."""
     if request.param == "postgresql":
         return str(request.getfixturevalue("postgres_url"))
     return str(tmp_path / "vesti.db")
+
+
+@pytest.fixture(params=BACKENDS)
+def make_project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], Project]:
+    """Projects on each database backend: ``make_project(name)`` is one under
+    ``tmp_path/name`` (``tmp_path`` itself for ``""``) with a database of its own, a
+    SQLite file in it or a fresh PostgreSQL database (the server starts only for these)."""
+
+    server = request.getfixturevalue("postgres_server") if request.param == "postgresql" else None
+
+    def make(name: str = "") -> Project:
+        root = tmp_path / name if name else tmp_path
+        root.mkdir(parents=True, exist_ok=True)
+        if server is None:
+            return Project(root)
+        return Project(root, _fresh_database(request, server))
+
+    return make
+
+
+@pytest.fixture
+def any_project(make_project: Callable[[str], Project]) -> Project:
+    """``project`` on each database backend: SQLite, then PostgreSQL."""
+    return make_project("")

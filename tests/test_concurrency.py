@@ -74,12 +74,15 @@ class Publisher(threading.Thread):
 
 
 @pytest.mark.slow
-def test_crawls_worker_reader_and_backup_at_once(site, project: Project, tmp_path):
+def test_crawls_worker_reader_and_backup_at_once(site, second_host, project: Project, tmp_path):
     site_, server = site
     publisher = Publisher(site_, server.base_url)
     publisher.publish(-2)
+    # One feed per host: a host is polled by one crawl at a time, and the two crawls
+    # run at once.
+    hosts = dict(zip(DIRECTIONS, (server, second_host), strict=True))
     project.write_sources(
-        [source_entry(d, server.url(f"/{d}.rss"), direction=d) for d in DIRECTIONS]
+        [source_entry(d, hosts[d].url(f"/{d}.rss"), direction=d) for d in DIRECTIONS]
     )
     open_storage(project.db).close()
     publisher.start()

@@ -8,7 +8,6 @@ uninterrupted crawl.
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -85,30 +84,24 @@ def processes_with_env(entry: str) -> list[int]:
 
 
 def count_posts(project: Project) -> int:
-    try:
-        conn = sqlite3.connect(f"file:{project.db}?mode=ro", uri=True, timeout=5)
-        try:
-            return conn.execute("SELECT count(*) FROM posts").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.OperationalError:  # not created yet
-        return 0
+    """Posts committed so far. The first call may create the database, racing the crawl
+    that creates it too: both open it as concurrent crawls do."""
+    (count,) = project.query("SELECT count(*) FROM posts")[0]
+    return int(count)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_after_posts", [1, 12, 30])
-def test_kill_9_then_rerun_equals_an_uninterrupted_crawl(site, tmp_path, kill_after_posts):
+def test_kill_9_then_rerun_equals_an_uninterrupted_crawl(site, make_project, kill_after_posts):
     site_, server = site
     sources = build_site(site_, server)
-    reference = Project(tmp_path / "reference")
-    reference.root.mkdir()
+    reference = make_project("reference")
     reference.write_sources(sources)
     reference.crawl(settings=SETTINGS)
     expected = stored(reference)
     assert len(expected) == FEEDS * ENTRIES  # shared articles stored once
 
-    killed = Project(tmp_path / "killed")
-    killed.root.mkdir()
+    killed = make_project("killed")
     killed.write_sources(sources)
     process = subprocess.Popen(
         killed.crawl_command(settings=SETTINGS),
@@ -126,9 +119,9 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_crawl(site, tmp_path, kill_af
     assert count_posts(killed) < len(expected), "killed too late to test anything"
     # The crawl's worker pool (fork server and workers) goes with it.
     deadline = time.monotonic() + 10
-    while processes_with_env(f"VESTI_DB={killed.db}") and time.monotonic() < deadline:
+    while processes_with_env(f"VESTI_DB={killed.target}") and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert processes_with_env(f"VESTI_DB={killed.db}") == []
+    assert processes_with_env(f"VESTI_DB={killed.target}") == []
 
     rerun = killed.crawl(settings=SETTINGS)
     assert stored(killed) == expected

@@ -243,14 +243,17 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         scrapyd.stop()
 
 
-def two_directions(site: Any, server: Any, delay: float) -> list[dict[str, Any]]:
+def two_directions(
+    site: Any, server: Any, delay: float, tech_server: Any = None
+) -> list[dict[str, Any]]:
+    """Two feeds; the tech one on ``tech_server`` (another host) when given."""
     site.load_dir(FIXTURES / "site")
     for name in ("linux.rss", "tech.atom"):
         # Slow enough that the two jobs are surely running at the same time.
         site.put(f"/{name}", (FIXTURES / "site" / name).read_bytes(), delay=delay)
     return [
         source_entry("linux", server.url("/linux.rss")),
-        source_entry("tech", server.url("/tech.atom"), direction="tech"),
+        source_entry("tech", (tech_server or server).url("/tech.atom"), direction="tech"),
     ]
 
 
@@ -289,9 +292,10 @@ def test_the_egg_holds_every_package_data_file_and_the_settings_entry_point(depl
     assert "settings = vesti_scrapy.settings" in section
 
 
-def test_two_jobs_of_different_directions_at_once(deployed, site, tmp_path):
+def test_two_jobs_of_different_directions_at_once(deployed, site, second_host, tmp_path):
     site_, server = site
-    deployed.write_sources(two_directions(site_, server, delay=1.5))
+    # On two hosts: a host is polled by one crawl at a time.
+    deployed.write_sources(two_directions(site_, server, delay=1.5, tech_server=second_host))
     scrapyd = deployed.scrapyd
     db = tmp_path / "vesti.db"
     jobs = {
