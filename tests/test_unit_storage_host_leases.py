@@ -33,12 +33,16 @@ def test_a_host_held_by_another_crawl_leaves_all_its_feeds_to_it(storage):
     assert storage.feed_leases.claim(["a2"], ALICE, 600, hosts=HOSTS).claimed == ["a2"]
 
 
-def test_a_host_is_free_again_when_its_crawl_ends_not_when_one_feed_is_stored(storage):
-    storage.feed_leases.claim(["a1", "a2"], ALICE, 600, hosts=HOSTS)
-    storage.feed_leases.release(["a1", "a2"], ALICE)  # both feeds' results stored
+def test_a_host_is_free_again_once_all_its_feeds_results_are_stored(storage):
+    storage.feed_leases.claim(["a1", "a2", "b1"], ALICE, 600, hosts=HOSTS)
+    storage.feed_leases.release(["a1"], ALICE)  # a1's result stored, a2 still polled
     assert storage.feed_leases.claim(["a1"], BOB, 600, hosts=HOSTS).held_elsewhere == ["a1"]
-    storage.feed_leases.release_holder(ALICE)  # the crawl ended
+    storage.feed_leases.release(["a2"], ALICE)
     assert storage.feed_leases.claim(["a1"], BOB, 600, hosts=HOSTS).claimed == ["a1"]
+    # b.test stays ALICE's while b1 is polled, and goes back with the crawl's end.
+    assert storage.feed_leases.claim(["b1"], BOB, 600, hosts=HOSTS).held_elsewhere == ["b1"]
+    storage.feed_leases.release_holder(ALICE)
+    assert storage.feed_leases.claim(["b1"], BOB, 600, hosts=HOSTS).claimed == ["b1"]
 
 
 def test_a_host_lease_that_ran_out_is_taken_over(storage):

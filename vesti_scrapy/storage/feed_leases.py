@@ -8,9 +8,10 @@ transaction: of two crawls claiming at once, the second sees every lease of the 
 A feed's lease is given back in the transaction that stores its result
 (:meth:`FeedLeases.release`).
 
-A feed's host is claimed with it (``host_leases``), and held until the crawl ends: a host
-another live crawl holds leaves all its feeds to that crawl, so the per-host limit of
-requests in flight holds across every crawl and node, not only within one.
+A feed's host is claimed with it (``host_leases``), and held until the crawl has stored
+the results of all its feeds there: a host another live crawl holds leaves all its feeds
+to that crawl, so the per-host limit of requests in flight holds across every crawl and
+node, not only within one.
 """
 
 from __future__ import annotations
@@ -82,9 +83,10 @@ class FeedLeases(Leases):
                     result.left.append(slug)
                 else:
                     result.claimed.append(slug)
-                    taken.append((holder, until, source_id))
+                    taken.append((holder, until, hosts.get(slug, ""), source_id))
             self.db.executemany(
-                "UPDATE feed_leases SET holder = ?, lease_until = ? WHERE source_id = ?", taken
+                "UPDATE feed_leases SET holder = ?, lease_until = ?, host = ? WHERE source_id = ?",
+                taken,
             )
             self.db.executemany(
                 "UPDATE host_leases SET holder = ?, lease_until = ? WHERE host = ?",
@@ -135,6 +137,12 @@ class FeedLeases(Leases):
                 "UPDATE feed_leases SET holder = '', lease_until = '' WHERE holder = ? "
                 "AND source_id = (SELECT id FROM sources WHERE slug = ?)",
                 [(holder, slug) for slug in slugs],
+            )
+            # A host none of whose feeds ``holder`` still polls is free for other crawls.
+            self.db.execute(
+                "UPDATE host_leases SET holder = '', lease_until = '' WHERE holder = ? "
+                "AND host NOT IN (SELECT host FROM feed_leases WHERE holder = ?)",
+                (holder, holder),
             )
 
     def release_holder(self, holder: str) -> int:

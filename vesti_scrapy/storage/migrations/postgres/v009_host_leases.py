@@ -19,3 +19,6 @@ def up(conn: psycopg.Connection) -> None:
         )"""
     )
     conn.execute("CREATE INDEX host_leases_holder ON host_leases(holder)")
+    # The host each feed was claimed with: a host goes back once none of its holder's
+    # feeds is left.
+    conn.execute("ALTER TABLE feed_leases ADD COLUMN host TEXT NOT NULL DEFAULT ''")
