@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from vesti_scrapy.cli import db_option, fail, open_database
-from vesti_scrapy.storage import SCHEMA_VERSION
+from vesti_scrapy.storage import SCHEMA_VERSION, is_postgres_url
 from vesti_scrapy.storage.records import CheckReport
 
 
@@ -47,11 +47,13 @@ def _print(report: CheckReport) -> None:
 @click.argument("path")
 @db_option
 def backup(path: str) -> int:
-    """Consistent online copy (backup API) to PATH, a new file."""
+    """Consistent online copy to PATH, a new file (SQLite's backup API; pg_dump for
+    PostgreSQL)."""
     with open_database() as storage:
         size = storage.maintenance.backup(path)
+        hint = storage.maintenance.restore_hint(path)
     click.echo(f"backup written to {path} ({size} bytes)")
-    click.echo("to restore: stop every crawl, worker and dashboard, then copy it over the database")
+    click.echo(f"to restore: {hint}")
     return 0
 
 
@@ -63,7 +65,8 @@ def stats(days: int) -> int:
     with open_database() as storage:
         report = storage.maintenance.stats(days=days)
     mebibytes = report.size_bytes / 1_048_576
-    click.echo(f"database: {report.location} ({mebibytes:.1f} MiB with its WAL)")
+    wal = "" if is_postgres_url(report.location) else " with its WAL"
+    click.echo(f"database: {report.location} ({mebibytes:.1f} MiB{wal})")
     for title, rows in (
         ("posts per source", report.posts_by_source),
         ("posts per direction", report.posts_by_direction),

@@ -47,6 +47,15 @@ class Maintenance:
             partial.unlink(missing_ok=True)
         return destination.stat().st_size
 
+    def restore_hint(self, backup: str | Path) -> str:
+        """How a person restores ``backup`` (made by :meth:`backup`)."""
+        if self.db.backend == "postgresql":
+            return (
+                "stop every crawl, worker and dashboard, then "
+                f"pg_restore --clean --if-exists --no-owner -d '{self.db.path}' {backup}"
+            )
+        return "stop every crawl, worker and dashboard, then copy it over the database"
+
     def brief(self) -> list[tuple[str, str, str]]:
         """Every post's content type, title and canonical URL, in the order stored."""
         return [
