@@ -147,6 +147,9 @@ class FeedsSpider(scrapy.Spider):
             return []  # the crawl is stopping: CrawlDatabase said why
         now = utcnow()
         selected, dead = [], []
+        # When each due feed was last fetched, as this crawl saw it: a feed another crawl
+        # polls meanwhile is no longer due, and the claim leaves it out.
+        seen: dict[str, str | None] | None = {} if self.arguments.due else None
         for source in matching:
             row = rows[source.slug]
             if not row.poll_url:
@@ -157,6 +160,8 @@ class FeedsSpider(scrapy.Spider):
                 dead.append(source.slug)
             elif reason is None:
                 selected.append((row.next_due_at or "", source, row.poll_url))
+                if seen is not None:
+                    seen[source.slug] = row.last_fetch_at
         for slug in dead:
             logger.info("Skipping dead source %s (name it with -a source= to try it)", slug)
         self.crawler.stats.set_value("feeds/skipped_dead", len(dead))
@@ -164,7 +169,7 @@ class FeedsSpider(scrapy.Spider):
         # The most overdue first (never polled: first of all), should a claim be capped.
         selected.sort(key=lambda due: due[0])
         try:
-            return await claims.claim([(s.slug, url, (s, url)) for _, s, url in selected])
+            return await claims.claim([(s.slug, url, (s, url)) for _, s, url in selected], seen)
         except StorageError:
             return []
 

@@ -58,3 +58,22 @@ def test_a_claim_takes_at_most_its_limit_in_the_order_asked(storage):
     assert claim.left == ["a1", "a2"] and claim.held_elsewhere == []
     # What was left is free for the next crawl.
     assert storage.feed_leases.claim(["a1", "a2"], BOB, 600).claimed == ["a1", "a2"]
+
+
+def test_a_capped_claim_takes_whole_hosts_so_the_next_crawl_gets_the_others(storage):
+    # The most urgent feeds alternate between hosts; the cap is 2.
+    first = storage.feed_leases.claim(["a1", "b1", "a2", "c1"], ALICE, 600, 2, HOSTS)
+    assert first.claimed == ["a1", "a2"]  # a.test whole: the cap is reached
+    assert first.left == ["b1", "c1"]
+    second = storage.feed_leases.claim(["b1", "a1", "c1"], BOB, 600, 2, HOSTS)
+    assert second.claimed == ["b1", "c1"] and second.held_elsewhere == ["a1"]
+
+
+def test_a_feed_polled_since_the_crawl_looked_is_no_longer_claimed(storage):
+    seen = {slug: None for slug in HOSTS}  # never fetched, when this crawl looked
+    # Meanwhile another crawl polled a1 and stored its result.
+    storage.db.execute(
+        "INSERT INTO rss_state (slug, last_fetch_at) VALUES ('a1', '2026-12-01T10:00:00Z')"
+    )
+    claim = storage.feed_leases.claim(["a1", "b1"], ALICE, 600, hosts=HOSTS, seen=seen)
+    assert claim.claimed == ["b1"] and claim.polled_since == ["a1"]

@@ -61,18 +61,27 @@ class FeedClaims:
     def database(self) -> CrawlDatabase:
         return self.crawler.get_extension(CrawlDatabase)
 
-    async def claim(self, feeds: Sequence[tuple[str, str, T]]) -> list[T]:
+    async def claim(
+        self, feeds: Sequence[tuple[str, str, T]], seen: dict[str, str | None] | None = None
+    ) -> list[T]:
         """Of ``feeds`` (slug, the URL to poll, anything; the most urgent first), those
-        this crawl now holds, with their hosts."""
+        this crawl now holds, with their hosts. With ``seen`` (slug: its last fetch when
+        the crawl picked it as due), a feed another crawl polled since is left out."""
         if not feeds:
             return []
         slugs = [slug for slug, _, _ in feeds]
         hosts = {slug: (urlsplit(url).hostname or "") for slug, url, _ in feeds}
         claim = await self.database.run(
             lambda storage: storage.feed_leases.claim(
-                slugs, self.database.holder, self.lease_seconds, self.limit, hosts
+                slugs, self.database.holder, self.lease_seconds, self.limit, hosts, seen
             )
         )
+        if claim.polled_since:
+            self.crawler.stats.set_value("feeds/polled_since", len(claim.polled_since))
+            logger.info(
+                "Skipping %d feed(s) another crawl polled since this one picked them",
+                len(claim.polled_since),
+            )
         if claim.left:
             self.crawler.stats.set_value("feeds/left_for_next_crawl", len(claim.left))
             logger.info(

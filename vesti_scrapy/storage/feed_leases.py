@@ -33,6 +33,8 @@ class FeedClaim:
     held_elsewhere: list[str] = field(default_factory=list)
     # Free, but over the claim's limit: left to the next crawl.
     left: list[str] = field(default_factory=list)
+    # Polled by another crawl since the caller picked them: no longer due.
+    polled_since: list[str] = field(default_factory=list)
 
 
 class FeedLeases(Leases):
@@ -54,12 +56,18 @@ class FeedLeases(Leases):
         lease_seconds: float,
         limit: int = 0,
         hosts: dict[str, str] | None = None,
+        seen: dict[str, str | None] | None = None,
     ) -> FeedClaim:
         """Claim the feeds ``slugs`` names for ``holder``, in one write transaction: two
-        crawls claiming at once never share a feed. With ``hosts`` (slug: host), a feed's
-        host is claimed with it, and a host another live crawl holds leaves all its feeds
-        to that crawl. With ``limit``, at most that many feeds (the first free ones in
-        ``slugs``' order); the other free ones are ``left``."""
+        crawls claiming at once never share a feed.
+
+        With ``hosts`` (slug: host), a feed's host is claimed with it, all of one host's
+        free feeds together, and a host another live crawl holds leaves all its feeds to
+        that crawl. With ``seen`` (slug: the feed's ``last_fetch_at`` when the caller
+        picked it), a feed polled since by another crawl is left out (``polled_since``):
+        it is no longer due. With ``limit``, whole hosts are claimed, in ``slugs``' order
+        (the most urgent first), until at least that many feeds are; the other free ones
+        are ``left``."""
         now = stamp()
         until = stamp(time.time() + lease_seconds)
         hosts = hosts or {}
@@ -74,14 +82,25 @@ class FeedLeases(Leases):
                 for host in hosts.values()
                 if host not in host_rows or self._taken(host_rows[host], holder, now)
             }
-            taken = []
+            fetched = self._last_fetches([slug for slug, _ in wanted]) if seen is not None else {}
+            groups: dict[str, list[tuple[str, int]]] = {}
             for slug, source_id in wanted:
-                row = feeds.get(source_id)
-                if row is None or self._taken(row, holder, now) or hosts.get(slug) in blocked:
-                    result.held_elsewhere.append(slug)
-                elif limit and len(result.claimed) >= limit:
-                    result.left.append(slug)
-                else:
+                groups.setdefault(hosts.get(slug) or f"feed:{slug}", []).append((slug, source_id))
+            taken = []
+            for members in groups.values():
+                free = []
+                for slug, source_id in members:
+                    row = feeds.get(source_id)
+                    if row is None or self._taken(row, holder, now) or hosts.get(slug) in blocked:
+                        result.held_elsewhere.append(slug)
+                    elif seen is not None and fetched.get(slug) != seen.get(slug):
+                        result.polled_since.append(slug)
+                    else:
+                        free.append((slug, source_id))
+                if limit and free and len(result.claimed) >= limit:
+                    result.left.extend(slug for slug, _ in free)
+                    continue
+                for slug, source_id in free:
                     result.claimed.append(slug)
                     taken.append((holder, until, hosts.get(slug, ""), source_id))
             self.db.executemany(
@@ -93,6 +112,21 @@ class FeedLeases(Leases):
                 sorted({(holder, until, hosts[slug]) for slug in result.claimed if slug in hosts}),
             )
         return result
+
+    def _last_fetches(self, slugs: list[str]) -> dict[str, str | None]:
+        """Each feed's ``last_fetch_at`` now (read after its lease row was locked, so a
+        crawl that stored its result meanwhile has committed it)."""
+        found: dict[str, str | None] = {}
+        for chunk in _chunks(slugs):
+            found.update(
+                (row[0], row[1])
+                for row in self.db.all(
+                    "SELECT slug, last_fetch_at FROM rss_state "
+                    f"WHERE slug IN ({', '.join('?' for _ in chunk)})",
+                    chunk,
+                )
+            )
+        return found
 
     def _lock(self, table: str, key: str, keys: list[Any]) -> dict[Any, Any]:
         """The lease rows of ``keys`` (made if missing), locked: on PostgreSQL without
