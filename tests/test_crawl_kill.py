@@ -91,7 +91,17 @@ def count_posts(project: Project) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_after_posts", [1, 12, 30])
+@pytest.mark.parametrize(
+    ("make_project", "kill_after_posts"),
+    [
+        ("sqlite", 1),
+        ("sqlite", 12),
+        ("sqlite", 30),
+        # The kill points test the crawl; one of them shows the resume on PostgreSQL.
+        pytest.param("postgresql", 12, marks=pytest.mark.postgresql),
+    ],
+    indirect=["make_project"],
+)
 def test_kill_9_then_rerun_equals_an_uninterrupted_crawl(site, make_project, kill_after_posts):
     site_, server = site
     sources = build_site(site_, server)
