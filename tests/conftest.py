@@ -6,7 +6,6 @@ import hashlib
 import itertools
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -96,14 +95,13 @@ def stat(log: str, name: str) -> int:
 
 
 def assert_counters_exact(db: str | os.PathLike[str] | Storage) -> None:
-    """Every import job's counters equal the number of its items in each state."""
-    conn = db.db.conn if isinstance(db, Storage) else sqlite3.connect(db)
-    row_factory = conn.row_factory
+    """Every import job's counters equal the number of its items in each state (read
+    through the storage API: on either backend)."""
+    storage = db if isinstance(db, Storage) else open_storage(db)
     try:
-        conn.row_factory = sqlite3.Row
-        for job in conn.execute("SELECT * FROM import_jobs").fetchall():
+        for job in storage.db.all("SELECT * FROM import_jobs"):
             actual = dict.fromkeys(IMPORT_ITEM_COUNTERS.values(), 0)
-            for state, count in conn.execute(
+            for state, count in storage.db.all(
                 "SELECT state, count(*) FROM import_items WHERE job_id = ? GROUP BY state",
                 (job["id"],),
             ):
@@ -112,9 +110,8 @@ def assert_counters_exact(db: str | os.PathLike[str] | Storage) -> None:
             assert expected == actual, f"job {job['id']}"
             assert job["total"] == sum(actual.values())
     finally:
-        conn.row_factory = row_factory
-        if not isinstance(db, Storage):
-            conn.close()
+        if storage is not db:
+            storage.close()
 
 
 @pytest.fixture

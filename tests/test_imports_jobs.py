@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import assert_counters_exact
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,6 @@ from vesti_scrapy.imports import create_job
 from vesti_scrapy.storage import Storage, StorageError, open_storage
 from vesti_scrapy.storage.queue import holder_is_gone
 from vesti_scrapy.storage.records import (
-    IMPORT_ITEM_COUNTERS,
     ITEM_STATES,
     ClaimedItem,
     ImportJobError,
@@ -31,21 +31,6 @@ from vesti_scrapy.storage.records import (
 from vesti_scrapy.timefmt import stamp
 
 URLS = "\n".join(f"https://news.example/{n}" for n in range(5))
-
-
-def assert_counters_exact(storage: Storage) -> None:
-    """Every import job's counters equal the number of its items in each state (as
-    conftest's helper checks, read through the storage API: on either backend)."""
-    for job in storage.db.all("SELECT * FROM import_jobs"):
-        actual = dict.fromkeys(IMPORT_ITEM_COUNTERS.values(), 0)
-        for state, count in storage.db.all(
-            "SELECT state, count(*) FROM import_items WHERE job_id = ? GROUP BY state",
-            (job["id"],),
-        ):
-            actual[IMPORT_ITEM_COUNTERS[state]] += count
-        expected = {column: job[column] for column in IMPORT_ITEM_COUNTERS.values()}
-        assert expected == actual, f"job {job['id']}"
-        assert job["total"] == sum(actual.values())
 
 
 @pytest.fixture

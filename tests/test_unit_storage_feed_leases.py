@@ -75,7 +75,7 @@ def test_a_killed_crawl_on_this_host_loses_its_leases_at_once(storage):
 
 def test_renewing_keeps_a_lease_past_its_first_end(storage):
     storage.feed_leases.claim(["a1"], BOB, 0.3)
-    storage.feed_leases.renew_holder(BOB, 600, returning="source_id")
+    storage.feed_leases.renew_all(BOB, 600)
     time.sleep(0.4)
     assert storage.feed_leases.claim(["a1"], ALICE, 600).held_elsewhere == ["a1"]
 

@@ -6,27 +6,53 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Self, TypeAlias
+from typing import TYPE_CHECKING, Any, Self, TypeAlias
+
+from vesti_scrapy.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from vesti_scrapy.storage.errors import StorageError
     from vesti_scrapy.storage.postgres import PostgresDatabase
     from vesti_scrapy.storage.sqlite import SQLiteDatabase
 
 Database: TypeAlias = "SQLiteDatabase | PostgresDatabase"
 
 
-class Transactions:
-    """Write transactions that nest by joining the outer one; each backend says how to
-    begin, commit and roll back, and which driver faults become a :class:`StorageError`."""
+class BaseDatabase:
+    """What both backends share: the reads on top of ``execute``, the wording of a fault,
+    and write transactions that nest by joining the outer one. Each backend says how to
+    execute, begin and roll back, and which driver faults become a :class:`StorageError`."""
 
+    path: str
     _depth = 0
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        raise NotImplementedError
+
+    def one(self, sql: str, params: Any = ()) -> Any:
+        return self.execute(sql, params).fetchone()
+
+    def all(self, sql: str, params: Any = ()) -> list[Any]:
+        return list(self.execute(sql, params).fetchall())
+
+    def scalar(self, sql: str, params: Any = ()) -> Any:
+        row = self.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    def _fault(self, detail: str, writing: bool = False) -> StorageError:
+        """A driver's fault, said as a person needs it: inside a write, that nothing
+        stored before it was lost."""
+        if writing or self._depth:
+            return StorageError(
+                f"{self.path}: cannot write ({detail}); the transaction was rolled back and "
+                "everything stored before it is intact"
+            )
+        return StorageError(f"{self.path}: cannot read the database: {detail}")
 
     def _begin(self) -> None:
         raise NotImplementedError
 
     def _commit(self) -> None:
-        raise NotImplementedError
+        self.execute("COMMIT")
 
     def _rollback(self) -> None:
         raise NotImplementedError

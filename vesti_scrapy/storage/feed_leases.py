@@ -47,7 +47,6 @@ class FeedLeases(Leases):
     table = "feed_leases"
     holder = "holder"
     until = "lease_until"
-    held = "holder <> ''"
 
     def claim(
         self,

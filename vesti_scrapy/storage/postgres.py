@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from vesti_scrapy.storage.backend import Transactions
+from vesti_scrapy.storage.backend import BaseDatabase
 from vesti_scrapy.storage.errors import StorageError
 from vesti_scrapy.storage.migrations.postgres import MIGRATIONS, SCHEMA_VERSION
 from vesti_scrapy.timefmt import utcnow
@@ -101,7 +101,7 @@ def _row_factory(cursor: Any) -> Any:
     return row_class
 
 
-class PostgresDatabase(Transactions):
+class PostgresDatabase(BaseDatabase):
     """One connection to a PostgreSQL database. Writes run in :meth:`transaction`."""
 
     backend = "postgresql"
@@ -192,30 +192,12 @@ class PostgresDatabase(Transactions):
             raise self._error(exc) from exc
         return cursor
 
-    def one(self, sql: str, params: Params = ()) -> Any:
-        return self.execute(sql, params).fetchone()
-
-    def all(self, sql: str, params: Params = ()) -> list[Any]:
-        return self.execute(sql, params).fetchall()
-
-    def scalar(self, sql: str, params: Params = ()) -> Any:
-        row = self.execute(sql, params).fetchone()
-        return None if row is None else row[0]
-
     def _error(self, exc: Exception, writing: bool = False) -> StorageError:
-        if writing or self._depth:
-            return StorageError(
-                f"{self.path}: cannot write ({_first_line(exc)}); the transaction was rolled "
-                "back and everything stored before it is intact"
-            )
-        return StorageError(f"{self.path}: cannot read the database: {_first_line(exc)}")
+        return self._fault(_first_line(exc), writing)
 
-    # --- transactions (Transactions.transaction) -------------------------------------
+    # --- transactions (BaseDatabase.transaction) -------------------------------------
     def _begin(self) -> None:
         self.conn.execute("BEGIN")
-
-    def _commit(self) -> None:
-        self.conn.execute("COMMIT")
 
     def _rollback(self) -> None:
         import psycopg

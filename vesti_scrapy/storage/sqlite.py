@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vesti_scrapy.storage.backend import Transactions
+from vesti_scrapy.storage.backend import BaseDatabase
 from vesti_scrapy.storage.errors import StorageError
 from vesti_scrapy.storage.migrations.sqlite import MIGRATIONS, SCHEMA_VERSION
 from vesti_scrapy.timefmt import utcnow
@@ -95,7 +95,7 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
-class SQLiteDatabase(Transactions):
+class SQLiteDatabase(BaseDatabase):
     """One connection with the project's pragmas. Writes run in :meth:`transaction`."""
 
     backend = "sqlite"
@@ -185,17 +185,6 @@ class SQLiteDatabase(Transactions):
         except sqlite3.DatabaseError as exc:
             raise self._error(exc) from exc
 
-    def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self.execute(sql, params).fetchone()
-        return row
-
-    def all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
-        return self.execute(sql, params).fetchall()
-
-    def scalar(self, sql: str, params: Params = ()) -> Any:
-        row = self.execute(sql, params).fetchone()
-        return None if row is None else row[0]
-
     def _error(self, exc: sqlite3.DatabaseError, writing: bool = False) -> StorageError:
         if is_corruption(exc):
             return StorageError(
@@ -203,20 +192,12 @@ class SQLiteDatabase(Transactions):
                 "and run `python -m vesti_scrapy db check`, which moves it aside and says "
                 "how to restore"
             )
-        if writing or self._depth:
-            return StorageError(
-                f"{self.path}: cannot write ({exc}); the transaction was rolled back and "
-                "everything stored before it is intact"
-            )
-        return StorageError(f"{self.path}: cannot read the database: {exc}")
+        return self._fault(str(exc), writing)
 
-    # --- transactions (Transactions.transaction) -------------------------------------
+    # --- transactions (BaseDatabase.transaction) -------------------------------------
     def _begin(self) -> None:
         # The write lock up front: no deadlock upgrading a read lock.
         self.conn.execute("BEGIN IMMEDIATE")
-
-    def _commit(self) -> None:
-        self.conn.execute("COMMIT")
 
     def _rollback(self) -> None:
         # SQLite may have rolled back already (disk full): keep the original error.
