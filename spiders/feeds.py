@@ -18,19 +18,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import scrapy
-from scrapy.exceptions import (
-    CannotResolveHostError,
-    DownloadConnectionRefusedError,
-    DownloadTimeoutError,
-)
 from scrapy.http import Request, Response, TextResponse
 from scrapy.spidermiddlewares.httperror import HttpError
-from twisted.internet.error import ConnectError, DNSLookupError, TimeoutError
 
 from vesti_scrapy import polling
 from vesti_scrapy.arguments import CrawlArguments
@@ -40,6 +32,14 @@ from vesti_scrapy.extensions.feed_claims import FeedClaims
 from vesti_scrapy.feeds import Entry, FeedError, parse_feed
 from vesti_scrapy.items import FeedResult, PostItem
 from vesti_scrapy.registry import Source, load_sources
+from vesti_scrapy.responses import (
+    CONNECTION_ERRORS,
+    describe_failure,
+    header,
+    max_age,
+    permanent_redirect,
+    retry_after,
+)
 from vesti_scrapy.signals import request_skipped
 from vesti_scrapy.storage import StorageError
 from vesti_scrapy.text import extract_fingerprinted, text_sha256
@@ -54,16 +54,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Failures that mean the host could not be reached at all (as opposed to a bad answer).
-CONNECTION_ERRORS = (
-    CannotResolveHostError,
-    DownloadConnectionRefusedError,
-    DownloadTimeoutError,
-    DNSLookupError,
-    ConnectError,
-    TimeoutError,
-)
-
 
 @dataclass
 class _FeedProgress:
@@ -73,16 +63,6 @@ class _FeedProgress:
     pending_articles: int = 0
     # Every entry has been looked at: the result goes when no article is pending.
     sealed: bool = False
-
-
-def describe_failure(failure: Failure) -> str:
-    """A short, user-facing reason for a failed request."""
-    if failure.check(HttpError):
-        response = failure.value.response
-        return f"HTTP {response.status} from {response.url}"
-    exc = failure.value
-    message = str(exc).strip() or type(exc).__name__
-    return f"{type(exc).__name__}: {message}"
 
 
 def _sync_registry(storage: Storage, registry: list[Source]) -> dict[str, SourceRow]:
@@ -204,8 +184,8 @@ class FeedsSpider(scrapy.Spider):
     ) -> AsyncIterator[PostItem | FeedResult | Request]:
         source = self._source_for(response)
         result = self._result(source.slug, response.request, "ok")
-        result.permanent_redirect = _permanent_redirect(response)
-        result.max_age = _max_age(response)
+        result.permanent_redirect = permanent_redirect(response)
+        result.max_age = max_age(response)
         if response.status == 304:
             result.status = "not_modified"
             yield result
@@ -228,8 +208,8 @@ class FeedsSpider(scrapy.Spider):
         for unreadable in feed.unreadable:
             self._entry_failed(source.slug, unreadable)
         result.fetched = len(feed.entries)
-        result.etag = _header(response, b"ETag")
-        result.modified = _header(response, b"Last-Modified")
+        result.etag = header(response, b"ETag")
+        result.modified = header(response, b"Last-Modified")
         result.last_build_date = feed.last_build_date
         result.ttl_seconds = feed.ttl * 60 if feed.ttl else None
         progress = _FeedProgress(result)
@@ -271,7 +251,7 @@ class FeedsSpider(scrapy.Spider):
             response = failure.value.response
             kind = "gone" if response.status == 410 else "http"
             if response.status in (429, 503):
-                result.retry_after = _retry_after(response)
+                result.retry_after = retry_after(response)
         yield self._failed(result, reason, kind)
 
     def callback_failed(self, response: Response, exc: Exception) -> list[Any]:
@@ -439,39 +419,3 @@ def _ensure_text(post: PostItem) -> PostItem:
     if not post.text.strip():
         post.text, post.fingerprint = post.title, None
     return post
-
-
-def _permanent_redirect(response: Response) -> str | None:
-    """The URL a feed moved to, when every redirect on the way was permanent."""
-    reasons = response.meta.get("redirect_reasons") or []
-    if reasons and all(reason in (301, 308) for reason in reasons):
-        return response.url
-    return None
-
-
-def _max_age(response: Response) -> int | None:
-    cache_control = _header(response, b"Cache-Control") or ""
-    for directive in cache_control.split(","):
-        name, _, value = directive.strip().partition("=")
-        if name.lower() in ("max-age", "s-maxage") and value.strip().isdigit():
-            return int(value)
-    return None
-
-
-def _retry_after(response: Response) -> int | None:
-    """Retry-After as seconds from now: delta-seconds or an HTTP date."""
-    value = (_header(response, b"Retry-After") or "").strip()
-    if value.isdigit():
-        return int(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0, int((when - datetime.now(UTC)).total_seconds()))
-
-
-def _header(response: Response, name: bytes) -> str | None:
-    value = response.headers.get(name)
-    return value.decode("latin-1") if value else None
