@@ -8,6 +8,7 @@ starts ``all`` crawls of the due feeds (``-a due=1 -a trigger=schedule``); the d
 from __future__ import annotations
 
 import enum
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,8 +64,14 @@ def files_dir(db: str | os.PathLike[str]) -> Path:
     """Where the files that go with a database live (the scheduler's locks, the crawls'
     logs): beside a SQLite file; for a PostgreSQL database, ``VESTI_DATA_DIR``."""
     if is_postgres_url(db):
-        return Path(get_project_settings()["VESTI_DATA_DIR"]).resolve()
+        return _data_dir()
     return Path(db).resolve().parent
+
+
+@functools.cache
+def _data_dir() -> Path:
+    # Read once: the dashboard asks for its locks on every page.
+    return Path(get_project_settings()["VESTI_DATA_DIR"]).resolve()
 
 
 def database_name(db: str | os.PathLike[str]) -> str:
