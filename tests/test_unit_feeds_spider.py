@@ -19,6 +19,7 @@ from scrapy.http import HtmlResponse, Request, TextResponse
 from scrapy.spidermiddlewares.httperror import HttpError
 from twisted.python.failure import Failure
 
+import spiders.base
 import spiders.feeds
 from spiders.feeds import FeedsSpider
 from vesti_scrapy.feeds import parse_feed
@@ -226,7 +227,7 @@ def test_an_article_callback_exception_keeps_its_entrys_summary(tmp_path, monkey
     def broken(*args: Any) -> None:
         raise RuntimeError("extractor bug")
 
-    monkeypatch.setattr(spiders.feeds, "extract_fingerprinted", broken)
+    monkeypatch.setattr(spiders.base, "extract_fingerprinted", broken)
     response = article_response(requests[0], "linux-6-19-rc1.html")
     with pytest.raises(RuntimeError) as raised:
         collect(spider.parse_article(response, **requests[0].cb_kwargs))

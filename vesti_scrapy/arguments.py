@@ -64,22 +64,24 @@ class CrawlArguments:
             raise ArgumentError("; ".join(problems))
         return cls(directions, _split(source), priorities, flags["dry_run"], flags["due"])
 
-    def check_against(self, registry: list[Source], path: str | Path) -> None:
+    def check_against(self, registry: list[Source], path: str | Path, crawler: str) -> None:
+        """Every source named exists, and is one of ``crawler``'s (rss, telegram)."""
         known = {s.slug for s in registry}
         if unknown := sorted(self.sources - known):
             raise ArgumentError(
                 f"unknown source {', '.join(unknown)}: not in {path} "
                 f"(known: {', '.join(sorted(known)) or 'none'})"
             )
-        rss = {s.slug for s in registry if s.crawler == "rss"}
-        if not_rss := sorted(self.sources & known - rss):
-            raise ArgumentError(f"source {', '.join(not_rss)} is not an rss source")
+        own = {s.slug for s in registry if s.crawler == crawler}
+        if others := sorted(self.sources & known - own):
+            raise ArgumentError(f"source {', '.join(others)} is not a {crawler} source")
 
-    def matches(self, source: Source) -> bool:
-        """Whether this crawl polls ``source``; naming it with source= overrides enabled."""
+    def matches(self, source: Source, crawler: str) -> bool:
+        """Whether this crawl of ``crawler``'s sources polls ``source``; naming it with
+        source= overrides enabled."""
         named = source.slug in self.sources
         return (
-            source.crawler == "rss"
+            source.crawler == crawler
             and (named if self.sources else source.enabled)
             and (not self.directions or source.direction in self.directions)
             and (not self.priorities or source.priority in self.priorities)
