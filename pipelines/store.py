@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -235,10 +236,18 @@ def record_results(storage: Storage, results: list[FeedResult], *, dead_after: i
                 error=result.error,
                 url=result.url or None,
                 counted=result.counted,
+                crawler=result.crawler,
             )
         )
     storage.sources.save_states(states)
     storage.sources.add_runs(runs)
+    storage.sources.save_positions(
+        {
+            result.source: (result.channel, result.last_post_id)
+            for result in results
+            if result.status == "ok" and result.channel and result.last_post_id is not None
+        }
+    )
 
 
 def _add_fetched_if_stored(storage: Storage, keys: list[str]) -> None:
@@ -261,6 +270,7 @@ def _new_post(item: PostItem) -> NewPost:
         lang=item.lang,
         direction=item.direction,
         content_type=item.content_type,
+        extra=json.dumps(item.extra, ensure_ascii=False) if item.extra else None,
     )
 
 

@@ -217,6 +217,7 @@ class RegistrySpider(scrapy.Spider):
             url=(meta.get("redirect_urls") or [request.url if request else ""])[0],
             priority=source.priority if source else "P1",
             trigger=self.trigger,
+            crawler=self.crawler_kind,
         )
 
     def failed(self, result: FeedResult, error: str, kind: str) -> FeedResult:

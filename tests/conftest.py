@@ -187,8 +187,10 @@ class Project:
         env.pop("DELTAFETCH_DIR", None)
         return env
 
-    def crawl_command(self, *args: str, settings: dict[str, Any] | None = None) -> list[str]:
-        command = [sys.executable, "-m", "scrapy", "crawl", "feeds", "-s", "LOG_LEVEL=INFO"]
+    def crawl_command(
+        self, *args: str, settings: dict[str, Any] | None = None, spider: str = "feeds"
+    ) -> list[str]:
+        command = [sys.executable, "-m", "scrapy", "crawl", spider, "-s", "LOG_LEVEL=INFO"]
         for name, value in (settings or {}).items():
             command += ["-s", f"{name}={value}"]
         for arg in args:
@@ -196,10 +198,14 @@ class Project:
         return command
 
     def crawl(
-        self, *args: str, settings: dict[str, Any] | None = None, check: bool = True
+        self,
+        *args: str,
+        settings: dict[str, Any] | None = None,
+        check: bool = True,
+        spider: str = "feeds",
     ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            self.crawl_command(*args, settings=settings),
+            self.crawl_command(*args, settings=settings, spider=spider),
             cwd=REPO,
             env=self.env(),
             capture_output=True,

@@ -188,8 +188,11 @@ def test_the_loop_ticks_until_sigterm_and_leaves_the_crawl_running(feeds, projec
 def test_print_cron_is_a_working_line_that_skips_while_a_crawl_runs(feeds, project):
     result = run_schedule(project, "--print-cron")
     assert result.returncode == 0, result.stderr
-    (line,) = result.stdout.splitlines()
+    line, telegram = result.stdout.splitlines()
     lock = REPO / lock_path(project.db)
+    # One line per spider, each with its own lock.
+    assert f"flock -n {shlex.quote(str(REPO / lock_path(project.db, 'telegram')))} " in telegram
+    assert " -m scrapy crawl telegram -a due=1 -a trigger=schedule" in telegram
     assert line.startswith("* * * * * ")
     assert f"cd {shlex.quote(str(REPO))} && " in line
     assert f"flock -n {shlex.quote(str(lock))} " in line

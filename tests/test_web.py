@@ -256,8 +256,9 @@ def test_crawlers_lists_sources_queue_and_actions(client):
     assert "The Verge &lt;b&gt;tech&lt;/b&gt;" in html
     # Post counts per source, linking to the posts page.
     assert re.search(r'href="/\?source=verge">5</a>', html)
-    # Every source has a Run button, except the telegram one.
-    assert html.count('name="source" value="') == 4 + 1  # 4 rss runs + 1 dead reset
+    # Every enabled source has a Run button, the telegram one too.
+    assert html.count('name="source" value="') == 5 + 1  # 5 runs + 1 dead reset
+    assert 'aria-label="Run tgnews now"' in html
 
 
 def test_crawlers_sorts_by_any_column(client):
@@ -903,7 +904,8 @@ def crawlable(site: Any, project: Project, monkeypatch) -> Iterator[Project]:
     with open_storage(project.db) as store:
         store.sources.sync(parse_sources(project.sources.read_text()))
     yield project
-    kill_holder(launch.lock_path(project.db))
+    for spider in launch.SPIDERS:
+        kill_holder(launch.lock_path(project.db, spider))
     for lock in launch.source_lock(project.db, "x").parent.glob("*.lock"):
         kill_holder(lock)
 
@@ -914,7 +916,7 @@ def test_run_now_starts_one_crawl_and_never_a_second_of_the_same_scope(crawlable
     with TestClient(app) as client:
         token = csrf_of(client.get("/crawlers").text)
         started = client.post("/crawlers/run", data={"csrf": token})
-        assert "Crawl of every enabled source: started (pid" in started.text
+        assert "Crawl of every enabled source: started (feeds pid" in started.text
         assert "Crawl in progress" in started.text
         assert '<meta http-equiv="refresh" content="10">' in started.text
         assert '<button type="submit" disabled>Running…</button>' in started.text
@@ -934,7 +936,7 @@ def test_run_now_starts_one_crawl_and_never_a_second_of_the_same_scope(crawlable
         twice = client.post("/crawlers/run", data={"csrf": token, "source": "linux"})
         assert "already running" in twice.text
         unknown = client.post("/crawlers/run", data={"csrf": token, "source": "../etc"})
-        assert "There is no enabled RSS source “../etc” to run" in unknown.text
+        assert "There is no enabled source “../etc” to run" in unknown.text
 
         wait_for_unlock(lock)
         wait_for_unlock(launch.source_lock(project.db, "linux"))

@@ -54,6 +54,7 @@ class LoggedRequest:
     path: str
     status: int
     headers: dict[str, str]
+    query: str = ""
 
 
 class Site:
@@ -117,9 +118,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         site = self.server.site
-        path = urlsplit(self.path).path
+        target = urlsplit(self.path)
+        path = target.path
         with site.lock:
-            page = site.pages.get(path)
+            # A page put at "/s/name?before=5" answers that query only; others ignore it.
+            page = site.pages.get(f"{path}?{target.query}") or site.pages.get(path)
             failing = page is not None and page.served < page.fail_first
             if page is not None:
                 page.served += 1
@@ -131,7 +134,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             status, body, headers = self._answer(page, self.server.base_url)
         with site.lock:
-            site.log.append(LoggedRequest(path, status, dict(self.headers.items())))
+            site.log.append(LoggedRequest(path, status, dict(self.headers.items()), target.query))
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)

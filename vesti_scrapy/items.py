@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from vesti_scrapy.text import Fingerprint
 
@@ -30,6 +31,9 @@ class PostItem:
     substantive: bool = False
     # An imported URL's item (the urls spider): recorded with this post by the writer.
     outcome: ImportOutcome | None = None
+    # What the post carries beyond its text (a Telegram message's views, forwarded-from,
+    # media), stored as JSON.
+    extra: dict[str, Any] | None = None
 
 
 @dataclass
@@ -86,3 +90,7 @@ class FeedResult:
     permanent_redirect: str | None = None
     # False when the whole crawl failed to connect: our network, not the feed, was down.
     counted: bool = True
+    crawler: str = "rss"  # the registry's crawler kind: rss | telegram
+    # A Telegram channel: its name, and the newest message id its stored posts reach.
+    channel: str | None = None
+    last_post_id: int | None = None

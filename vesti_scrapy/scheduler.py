@@ -1,19 +1,21 @@
-"""The scheduler (`python -m vesti_scrapy schedule`): a ``feeds due=1`` crawl every minute,
-never two at once.
+"""The scheduler (`python -m vesti_scrapy schedule`): a ``due=1`` crawl of each spider every
+minute (``feeds``; ``telegram`` when the registry has enabled Telegram sources), never two
+of one spider at once.
 
-Each tick starts one crawl of the feeds whose next poll is due, unless the previous one is
-still pending or running:
+Each tick starts, for each spider, one crawl of its sources whose next poll is due, unless
+the spider's previous one is still pending or running:
 
-* **local** (default): ``scrapy crawl feeds -a due=1 -a trigger=schedule`` as a
-  subprocess. The guard is an exclusive ``flock`` on ``<VESTI_DB>.schedule.lock``, taken by
+* **local** (default): ``scrapy crawl feeds -a due=1 -a trigger=schedule`` (and
+  ``telegram``) as a subprocess. The guard is an exclusive ``flock`` on
+  ``<VESTI_DB>.schedule.lock`` (``<VESTI_DB>.telegram.schedule.lock``), taken by
   the scheduler and handed to the crawl as an inherited file descriptor: the lock lives
   exactly as long as the crawl process, whatever happens to the scheduler. The kernel
   drops it when the crawl exits, even on ``kill -9``, so a crash never leaves a stale
-  lock behind. The crontab line of ``--print-cron`` takes the same lock with
+  lock behind. The crontab lines of ``--print-cron`` take the same locks with
   ``flock -n``, so cron and a running scheduler exclude each other too.
 * **scrapyd** (``--scrapyd URL``, repeatable for a fleet, or ``VESTI_SCRAPYD_NODES``):
-  on each node, ``listjobs.json`` and ``daemonstatus.json`` decide; a ``feeds`` job that
-  is pending or running there, or jobs waiting in its queue, mean no new one. Otherwise
+  on each node, ``listjobs.json`` and ``daemonstatus.json`` decide; a job of the spider
+  that is pending or running there, or jobs waiting in its queue, mean no new one. Otherwise
   ``schedule.json`` queues one. A node that cannot be reached is skipped with one log
   line and asked again at the next tick. The nodes' crawls share one PostgreSQL
   database, whose feed leases keep any two from polling the same feed.
@@ -22,7 +24,7 @@ Crawls run in their own session and outlive the scheduler: stopping it (Ctrl-C, 
 never cuts a crawl short, and the lock keeps the next scheduler from overlapping it.
 
 Starting a crawl is :mod:`vesti_scrapy.launch`'s; here are the cadence (:func:`run_loop`),
-one tick as cron runs it (:func:`run_once`) and the crontab line (:func:`cron_line`).
+one tick as cron runs it (:func:`run_once`) and the crontab lines (:func:`cron_lines`).
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ import shlex
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from vesti_scrapy.launch import SPIDER, Options, Outcome, Runner, make_runner
+from vesti_scrapy.launch import SPIDERS, Options, Outcome, Runner, make_scheduler_runner
 from vesti_scrapy.launch.local import crawl_command
 
 logger = logging.getLogger("vesti.schedule")
@@ -43,7 +46,7 @@ logger = logging.getLogger("vesti.schedule")
 
 def run_once(options: Options) -> int:
     """One tick, as cron runs it; returns the exit status."""
-    runner = make_runner(options)
+    runner = make_scheduler_runner(options)
     outcome = runner.tick()
     runner.close()
     # An unreachable scrapyd is the next tick's business (cron runs us again): 0.
@@ -67,8 +70,16 @@ def run_loop(runner: Runner, interval: float, stop: threading.Event) -> None:
     runner.close()
 
 
+def cron_lines(options: Options, cwd: Path, python: str = sys.executable) -> list[str]:
+    """The crontab lines that do what the scheduler does, every minute: one for scrapyd
+    (a tick of the scheduler), one per spider for local crawls."""
+    if options.scrapyd:
+        return [cron_line(options, cwd, python)]
+    return [cron_line(replace(options, spider=spider), cwd, python) for spider in SPIDERS]
+
+
 def cron_line(options: Options, cwd: Path, python: str = sys.executable) -> str:
-    """The crontab line that does what the scheduler does, every minute."""
+    """The crontab line of one spider's crawls (or, with scrapyd, of a scheduler tick)."""
     lock = cwd / options.lock_path
     log_dir = cwd / options.log_dir
     # cron starts with an almost empty environment: keep the settings this shell has.
@@ -85,7 +96,7 @@ def cron_line(options: Options, cwd: Path, python: str = sys.executable) -> str:
         log = log_dir / "schedule-cron.log"
     else:
         command = crawl_command(options, python)
-        log = log_dir / f"{SPIDER}-cron.log"
+        log = log_dir / f"{options.spider}-cron.log"
     # flock -n: when the previous crawl still holds the lock, this minute starts nothing.
     line = (
         f"cd {shlex.quote(str(cwd))} && mkdir -p {shlex.quote(str(log_dir))} && "

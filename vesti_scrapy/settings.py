@@ -33,6 +33,13 @@ VESTI_USER_AGENT = os.environ.get(
 USER_AGENT = VESTI_USER_AGENT
 # Entries whose only text is a summary shorter than this are followed to the article page.
 VESTI_SUMMARY_MIN_CHARS = 220
+# Telegram channels are read from their public web preview, <VESTI_TELEGRAM_URL>/s/<channel>
+# (no account, no API keys). The first crawl of a channel reads back this many messages;
+# later crawls read back to the last message stored, at most VESTI_TELEGRAM_MAX_PAGES
+# pages (about 20 messages each) per crawl.
+VESTI_TELEGRAM_URL = os.environ.get("VESTI_TELEGRAM_URL", "https://t.me")
+VESTI_TELEGRAM_BACKFILL = int(os.environ.get("VESTI_TELEGRAM_BACKFILL", "100"))
+VESTI_TELEGRAM_MAX_PAGES = 25
 # Texts at least this long are deduplicated by their sha256; shorter ones ("Read more",
 # "Comments", empty) by canonical URL alone, so different articles never merge.
 VESTI_SUBSTANTIVE_CHARS = 200

@@ -1,5 +1,5 @@
-"""`schedule`: start a `feeds due=1` crawl every minute (locally or on scrapyd), never two
-at once (:mod:`vesti_scrapy.scheduler`)."""
+"""`schedule`: start a `due=1` crawl of each spider every minute (locally or on scrapyd),
+never two of one spider at once (:mod:`vesti_scrapy.scheduler`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from vesti_scrapy.cli import (
     project_settings,
     setting_option,
 )
-from vesti_scrapy.launch import DEFAULT_PROJECT, Options, make_runner
+from vesti_scrapy.launch import DEFAULT_PROJECT, Options, make_scheduler_runner
 from vesti_scrapy.launch.common import DEFAULT_INTERVAL, DEFAULT_KEEP_LOGS
 
 
@@ -65,8 +65,9 @@ def schedule(
     settings: tuple[str, ...],
     keep_logs: int,
 ) -> int:
-    """Start a `feeds due=1` crawl every minute (locally or on scrapyd), unless the
-    previous one is still pending or running."""
+    """Start a `due=1` crawl of feeds (and of Telegram channels, when the registry has
+    any) every minute, locally or on scrapyd, unless the previous one is still pending or
+    running."""
     bad = malformed_setting(settings)
     if bad is not None:
         fail(f"--setting {bad!r}: expected NAME=VALUE")
@@ -85,7 +86,8 @@ def schedule(
         keep_logs=max(1, keep_logs),
     )
     if print_cron:
-        click.echo(scheduler.cron_line(options, Path.cwd()))
+        for line in scheduler.cron_lines(options, Path.cwd()):
+            click.echo(line)
         return 0
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s [%(name)s] %(levelname)s: %(message)s"
@@ -101,6 +103,6 @@ def schedule(
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     target = f"scrapyd at {', '.join(scrapyd)}" if scrapyd else "local crawls"
-    scheduler.logger.info("Scheduling feeds crawls every %g s (%s)", interval, target)
-    scheduler.run_loop(make_runner(options), interval, stop)
+    scheduler.logger.info("Scheduling crawls every %g s (%s)", interval, target)
+    scheduler.run_loop(make_scheduler_runner(options), interval, stop)
     return 0

@@ -9,11 +9,17 @@ command line's ``import --run`` and ``demo`` all start crawls through here.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from scrapy.utils.project import get_project_settings
+
 from vesti_scrapy.launch.common import (
     ALL,
     DEFAULT_PROJECT,
-    SPIDER,
+    SPIDER_OF,
+    SPIDERS,
     TRIGGER,
+    EverySpider,
     Launcher,
     Options,
     Outcome,
@@ -35,8 +41,10 @@ from vesti_scrapy.launch.scrapyd import ScrapydClient, ScrapydError, ScrapydLaun
 __all__ = [
     "ALL",
     "DEFAULT_PROJECT",
-    "SPIDER",
+    "SPIDERS",
+    "SPIDER_OF",
     "TRIGGER",
+    "EverySpider",
     "Launcher",
     "LocalLauncher",
     "LocalRunner",
@@ -53,6 +61,7 @@ __all__ = [
     "lock_path",
     "make_launcher",
     "make_runner",
+    "make_scheduler_runner",
     "run_crawl",
     "source_lock",
     "spawn_urls_crawl",
@@ -69,8 +78,17 @@ def make_launcher(
 
 
 def make_runner(options: Options) -> LocalRunner | ScrapydRunner:
-    """The scheduler's runner: a scrapyd job per node and tick with ``options.scrapyd``, else a
-    local crawl."""
+    """One spider's runner (``options.spider``): a scrapyd job per node and tick with
+    ``options.scrapyd``, else a local crawl."""
     if options.scrapyd:
         return ScrapydRunner(options, [ScrapydClient.from_url(url) for url in options.scrapyd])
     return LocalRunner(options)
+
+
+def make_scheduler_runner(options: Options) -> EverySpider:
+    """The scheduler's runner: each tick starts a crawl of every spider with enabled
+    sources (:func:`make_runner` for each)."""
+    return EverySpider(
+        {spider: make_runner(replace(options, spider=spider)) for spider in SPIDERS},
+        get_project_settings()["VESTI_SOURCES"],
+    )

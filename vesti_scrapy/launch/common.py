@@ -1,8 +1,10 @@
-"""What local and scrapyd launching share: the spider, the scopes, options and outcomes.
+"""What local and scrapyd launching share: the spiders, the scopes, options and outcomes.
 
-A crawl's scope is ``all`` (every enabled source) or one source's slug. The scheduler
-starts ``all`` crawls of the due feeds (``-a due=1 -a trigger=schedule``); the dashboard's
-"Run now" starts either scope (``-a trigger=dashboard``, plus ``-a source=SLUG``).
+A crawl is one spider's: ``feeds`` (the registry's rss sources) or ``telegram``. Its scope
+is ``all`` (every enabled source of that spider) or one source's slug. The scheduler
+starts ``all`` crawls of the due sources of each spider (``-a due=1 -a trigger=schedule``);
+the dashboard's "Run now" starts either scope (``-a trigger=dashboard``, plus
+``-a source=SLUG``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -17,9 +20,12 @@ from urllib.parse import urlsplit
 
 from scrapy.utils.project import get_project_settings
 
+from vesti_scrapy.registry import RegistryError, load_sources
 from vesti_scrapy.storage import is_postgres_url
 
-SPIDER = "feeds"
+# The spider of each registry crawler kind; the scheduler starts every one of them.
+SPIDER_OF = {"rss": "feeds", "telegram": "telegram"}
+SPIDERS = tuple(SPIDER_OF.values())
 # What every scheduled crawl is: only due feeds, and recorded as started by the scheduler.
 SCHEDULED = {"due": "1", "trigger": "schedule"}
 ALL = "all"
@@ -48,12 +54,13 @@ class Options:
     keep_logs: int = DEFAULT_KEEP_LOGS
     # Spider arguments of every crawl; the dashboard's "Run now" passes its own.
     arguments: dict[str, str] = field(default_factory=lambda: dict(SCHEDULED))
-    # The guard's lock file; None: the scheduler's, next to the database.
+    # The guard's lock file; None: the scheduler's for the spider, next to the database.
     lock: Path | None = None
+    spider: str = "feeds"
 
     @property
     def lock_path(self) -> Path:
-        return self.lock or lock_path(self.db)
+        return self.lock or lock_path(self.db, self.spider)
 
     @property
     def log_dir(self) -> Path:
@@ -82,9 +89,11 @@ def database_name(db: str | os.PathLike[str]) -> str:
     return Path(db).name
 
 
-def lock_path(db: str | os.PathLike[str]) -> Path:
-    """The scheduler's lock (scope ``all``), with the database it crawls into."""
-    return files_dir(db) / f"{database_name(db)}.schedule.lock"
+def lock_path(db: str | os.PathLike[str], spider: str = "feeds") -> Path:
+    """The scheduler's lock for one spider's crawls (scope ``all``), with the database it
+    crawls into: ``<db>.schedule.lock`` for feeds, ``<db>.<spider>.schedule.lock`` else."""
+    middle = "" if spider == "feeds" else f".{spider}"
+    return files_dir(db) / f"{database_name(db)}{middle}.schedule.lock"
 
 
 def spider_arguments(scope: str) -> dict[str, str]:
@@ -100,6 +109,38 @@ class Runner(Protocol):
     def tick(self) -> Outcome: ...
 
     def close(self) -> None: ...
+
+
+def spiders_with_sources(registry: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The spiders to start: feeds always (its crawls sync the registry into the
+    database), the others when the registry file has enabled sources of theirs; every
+    spider when the file cannot be read (their crawls say why)."""
+    try:
+        kinds = {source.crawler for source in load_sources(registry) if source.enabled}
+    except RegistryError:
+        return SPIDERS
+    kinds.add("rss")
+    return tuple(spider for kind, spider in SPIDER_OF.items() if kind in kinds)
+
+
+@dataclass
+class EverySpider:
+    """One scheduler tick for each spider that has enabled sources in the registry (read
+    at every tick: a source added starts its spider's crawls by the next minute)."""
+
+    runners: dict[str, Runner]
+    registry: str | os.PathLike[str]
+
+    def tick(self) -> Outcome:
+        outcomes = [self.runners[spider].tick() for spider in spiders_with_sources(self.registry)]
+        for outcome in (Outcome.STARTED, Outcome.BUSY):
+            if outcome in outcomes:
+                return outcome
+        return Outcome.FAILED
+
+    def close(self) -> None:
+        for runner in self.runners.values():
+            runner.close()
 
 
 @dataclass(frozen=True)
@@ -125,6 +166,6 @@ class Launcher(Protocol):
 
     def running(self) -> dict[str, RunInProgress]: ...
 
-    def start(self, scope: str) -> StartResult: ...
+    def start(self, scope: str, spiders: Sequence[str] = SPIDERS) -> StartResult: ...
 
     def close(self) -> None: ...

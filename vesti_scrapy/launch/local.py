@@ -6,11 +6,12 @@ whatever happens to whoever started it. The kernel drops it when the crawl exits
 ``kill -9``, so a crash never leaves a stale lock behind. Crawls run in their own session
 and outlive their starter: stopping it never cuts a crawl short.
 
-Scope ``all`` takes the scheduler's lock, ``<VESTI_DB>.schedule.lock``: a scheduled
-``due=1`` crawl that is running (or cron's, whose ``flock -n`` takes the same lock) counts
-as a run in progress for "Run now" of everything, and the scheduler in turn starts
-nothing while the dashboard's crawl of everything runs. One source takes
-``<VESTI_DB>.locks/<slug>.lock``, so a source can be fetched while another runs.
+Scope ``all`` of a spider takes the scheduler's lock for it, ``<VESTI_DB>.schedule.lock``
+(feeds) or ``<VESTI_DB>.telegram.schedule.lock``: a scheduled ``due=1`` crawl that is
+running (or cron's, whose ``flock -n`` takes the same lock) counts as a run in progress
+for "Run now" of everything, and the scheduler in turn starts nothing while the
+dashboard's crawl of everything runs. One source takes ``<VESTI_DB>.locks/<slug>.lock``,
+so a source can be fetched while another runs.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from vesti_scrapy.launch.common import (
     ALL,
-    SPIDER,
+    SPIDERS,
     TRIGGER,
     Options,
     Outcome,
@@ -62,7 +63,7 @@ def scrapy_command(
 
 
 def crawl_command(options: Options, python: str = sys.executable) -> list[str]:
-    return scrapy_command(SPIDER, options.arguments, options.settings, python)
+    return scrapy_command(options.spider, options.arguments, options.settings, python)
 
 
 def crawl_env(db: str | Path, **extra: str) -> dict[str, str]:
@@ -104,7 +105,7 @@ def spawn_urls_crawl(
 # --- one scope: the scheduler's ticks ----------------------------------------------------
 @dataclass
 class LocalRunner:
-    """Starts `scrapy crawl feeds` subprocesses, one at a time, guarded by the lock file."""
+    """Starts `scrapy crawl <spider>` subprocesses, one at a time, guarded by the lock file."""
 
     options: Options
     children: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -114,7 +115,7 @@ class LocalRunner:
         try:
             return self._start_unless_locked()
         except OSError as exc:  # an unwritable data directory, a full disk, no python
-            logger.error("Could not start a feeds crawl: %s", exc)
+            logger.error("Could not start a %s crawl: %s", self.options.spider, exc)
             return Outcome.FAILED
 
     def _start_unless_locked(self) -> Outcome:
@@ -126,7 +127,8 @@ class LocalRunner:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 logger.info(
-                    "A feeds crawl is still running (%s is locked%s); not starting another",
+                    "A %s crawl is still running (%s is locked%s); not starting another",
+                    self.options.spider,
                     lock,
                     _last_started(fd),
                 )
@@ -145,7 +147,7 @@ class LocalRunner:
         log_dir = self.options.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         moment = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        log_path = log_dir / f"{SPIDER}-{moment}.log"
+        log_path = log_dir / f"{self.options.spider}-{moment}.log"
         with log_path.open("ab") as log:
             child = subprocess.Popen(
                 crawl_command(self.options),
@@ -159,13 +161,14 @@ class LocalRunner:
                 # Ctrl-C or SIGTERM for the scheduler must not cut the crawl short.
                 start_new_session=True,
             )
-        logger.info("Started feeds crawl (pid %d), log: %s", child.pid, log_path)
+        logger.info("Started %s crawl (pid %d), log: %s", self.options.spider, child.pid, log_path)
         self._prune_logs(keep=log_path)
         return child
 
     def _prune_logs(self, keep: Path) -> None:
         # Timestamped names only: feeds-cron.log (cron's output, same directory) is not ours.
-        logs = sorted(self.options.log_dir.glob(f"{SPIDER}-[0-9]*.log"), key=lambda p: p.name)
+        pattern = f"{self.options.spider}-[0-9]*.log"
+        logs = sorted(self.options.log_dir.glob(pattern), key=lambda p: p.name)
         for old in logs[: max(0, len(logs) - self.options.keep_logs)]:
             if old != keep:
                 with contextlib.suppress(OSError):
@@ -178,13 +181,20 @@ class LocalRunner:
             if code is not None:
                 self.children.remove(child)
                 level = logging.INFO if code == 0 else logging.WARNING
-                logger.log(level, "Feeds crawl (pid %d) exited with status %d", child.pid, code)
+                logger.log(
+                    level,
+                    "%s crawl (pid %d) exited with status %d",
+                    self.options.spider.capitalize(),
+                    child.pid,
+                    code,
+                )
 
     def close(self) -> None:
         self.reap()
         for child in self.children:
             logger.info(
-                "Feeds crawl (pid %d) keeps running and holds %s until it ends",
+                "%s crawl (pid %d) keeps running and holds %s until it ends",
+                self.options.spider.capitalize(),
                 child.pid,
                 self.options.lock_path,
             )
@@ -238,7 +248,7 @@ def lock_holder(path: Path) -> RunInProgress | None:
         # file is an older crawl's.
         return RunInProgress("", "a crawl")
     if "trigger=schedule" in command:
-        what = "a scheduled crawl of the due feeds"
+        what = f"a scheduled crawl of the due {'channels' if ' telegram ' in command else 'feeds'}"
     elif f"trigger={TRIGGER}" in command:
         what = "Run now"
     else:
@@ -248,34 +258,43 @@ def lock_holder(path: Path) -> RunInProgress | None:
 
 @dataclass
 class LocalLauncher:
-    """`scrapy crawl feeds` subprocesses of any scope, each through its ``LocalRunner``."""
+    """`scrapy crawl` subprocesses of any spider and scope, each through its ``LocalRunner``."""
 
     db: str
     settings: tuple[str, ...] = ()
-    runners: dict[str, LocalRunner] = field(default_factory=dict)
+    runners: dict[tuple[str, str], LocalRunner] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def description(self) -> str:
         return "local scrapy crawl processes"
 
-    def options(self, scope: str) -> Options:
+    def options(self, scope: str, spider: str) -> Options:
         return Options(
             db=self.db,
             settings=self.settings,
             arguments=spider_arguments(scope),
             lock=None if scope == ALL else source_lock(self.db, scope),
+            spider=spider,
         )
 
     def _reap(self) -> None:
         for runner in self.runners.values():
             runner.reap()
 
+    def _running_all(self) -> RunInProgress | None:
+        """Who holds a spider's lock of scope all (the scheduler's), if anybody does."""
+        for spider in SPIDERS:
+            holder = lock_holder(lock_path(self.db, spider))
+            if holder:
+                return holder
+        return None
+
     def running(self) -> dict[str, RunInProgress]:
         with self.lock:
             self._reap()
         found: dict[str, RunInProgress] = {}
-        holder = lock_holder(lock_path(self.db))
+        holder = self._running_all()
         if holder:
             found[ALL] = RunInProgress(ALL, holder.what, holder.pid, holder.started_at)
         locks = source_lock(self.db, "x").parent
@@ -288,19 +307,32 @@ class LocalLauncher:
                     )
         return found
 
-    def start(self, scope: str) -> StartResult:
+    def start(self, scope: str, spiders: Sequence[str] = SPIDERS) -> StartResult:
+        """Start a crawl of ``scope`` by each of ``spiders`` (a source's own spider, or
+        every spider for scope ``all``)."""
+        started, busy = [], 0
         with self.lock:
             self._reap()
-            runner = self.runners.setdefault(scope, LocalRunner(self.options(scope)))
-            outcome = runner.tick()
-            pid = runner.children[-1].pid if outcome is Outcome.STARTED else None
-        if outcome is Outcome.STARTED:
+            if scope == ALL and self._running_all():
+                # Scope all is one run: never part of it while another part runs.
+                return StartResult(Outcome.BUSY, "a crawl of the same scope is still running")
+            for spider in spiders:
+                key = (scope, spider)
+                runner = self.runners.setdefault(key, LocalRunner(self.options(scope, spider)))
+                outcome = runner.tick()
+                if outcome is Outcome.STARTED:
+                    started.append(f"{spider} pid {runner.children[-1].pid}")
+                busy += outcome is Outcome.BUSY
+        if started:
             return StartResult(
-                outcome, f"started (pid {pid}); its log is in {runner.options.log_dir}"
+                Outcome.STARTED,
+                f"started ({', '.join(started)}); its log is in {files_dir(self.db) / 'logs'}",
             )
-        if outcome is Outcome.BUSY:
-            return StartResult(outcome, "a crawl of the same scope is still running")
-        return StartResult(outcome, "the crawl could not be started; see the dashboard's log")
+        if busy:
+            return StartResult(Outcome.BUSY, "a crawl of the same scope is still running")
+        return StartResult(
+            Outcome.FAILED, "the crawl could not be started; see the dashboard's log"
+        )
 
     def close(self) -> None:
         with self.lock:

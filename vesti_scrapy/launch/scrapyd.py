@@ -1,9 +1,10 @@
 """scrapyd: the calls launching needs from its JSON API, and the launchers on top.
 
 ``listjobs.json`` decides whether a crawl runs. For the scheduler (``ScrapydRunner``, one
-node or a fleet) a pending or running ``feeds`` job on a node means no new one there, and
-so do jobs waiting in its queue (``daemonstatus.json``). For the dashboard (``ScrapydLauncher``)
-such a job counts as scope ``all`` unless it is known to be one source's: a pending job's
+spider on one node or a fleet) a pending or running job of the spider on a node means no
+new one there, and so do jobs waiting in its queue (``daemonstatus.json``). For the
+dashboard (``ScrapydLauncher``) a ``feeds`` or ``telegram`` job counts as scope ``all``
+unless it is known to be one source's: a pending job's
 arguments say so (``source=``), and for a running job (whose arguments scrapyd does not
 list) the launcher remembers the jobs it scheduled. Two requests to one launcher at once
 are serialized; run one dashboard per scrapyd.
@@ -28,7 +29,7 @@ from typing import Any
 from vesti_scrapy.launch.common import (
     ALL,
     DEFAULT_PROJECT,
-    SPIDER,
+    SPIDERS,
     Options,
     Outcome,
     RunInProgress,
@@ -114,8 +115,8 @@ class ScrapydClient:
 
 @dataclass
 class ScrapydRunner:
-    """Queues a `feeds` job on every scrapyd node with a free slot: none of its `feeds`
-    jobs pending or running (listjobs.json), and nothing waiting in its queue
+    """Queues a job of ``options.spider`` on every scrapyd node with a free slot: none of
+    that spider's jobs pending or running (listjobs.json), and nothing waiting in its queue
     (daemonstatus.json). With several nodes sharing one PostgreSQL database, the crawls'
     feed leases make sure no two of them poll the same feed. A node that cannot be
     reached is skipped with one log line; the next tick asks it again."""
@@ -137,7 +138,10 @@ class ScrapydRunner:
                 logger.info("%s on scrapyd at %s; not scheduling another", busy, client.url)
                 return Outcome.BUSY
             job_id = client.schedule(
-                self.options.project, SPIDER, self.options.arguments, self.options.settings
+                self.options.project,
+                self.options.spider,
+                self.options.arguments,
+                self.options.settings,
             )
         except ScrapydError as exc:
             logger.error(
@@ -146,16 +150,17 @@ class ScrapydRunner:
                 exc,
             )
             return Outcome.FAILED
-        logger.info("Scheduled feeds job %s on scrapyd at %s", job_id, client.url)
+        logger.info("Scheduled %s job %s on scrapyd at %s", self.options.spider, job_id, client.url)
         return Outcome.STARTED
 
     def _busy(self, client: ScrapydClient) -> str | None:
-        """Why the node has no free slot for a feeds job; None when it has one."""
+        """Why the node has no free slot for a job of the spider; None when it has one."""
         jobs = client.list_jobs(self.options.project)
+        spider = self.options.spider
         for state in ("pending", "running"):
             for job in jobs.get(state, []):
-                if job.get("spider") == SPIDER:
-                    return f"Feeds job {job.get('id', '?')} is still {state}"
+                if job.get("spider") == spider:
+                    return f"{spider.capitalize()} job {job.get('id', '?')} is still {state}"
         pending = int(client.daemon_status().get("pending") or 0)
         if pending:
             return f"{pending} job(s) of other spiders wait for a process"
@@ -167,7 +172,7 @@ class ScrapydRunner:
 
 @dataclass
 class ScrapydLauncher:
-    """`feeds` jobs of any scope on scrapyd."""
+    """Jobs of any spider and scope on scrapyd."""
 
     client: ScrapydClient
     project: str = DEFAULT_PROJECT
@@ -199,7 +204,7 @@ class ScrapydLauncher:
         live: set[str] = set()
         for state in ("pending", "running"):
             for job in jobs.get(state, []):
-                if job.get("spider") != SPIDER:
+                if job.get("spider") not in SPIDERS:
                     continue
                 job_id = str(job.get("id", "?"))
                 live.add(job_id)
@@ -229,24 +234,31 @@ class ScrapydLauncher:
                 return dict(self._cache[1])
             return self._ask()
 
-    def start(self, scope: str) -> StartResult:
+    def start(self, scope: str, spiders: Sequence[str] = SPIDERS) -> StartResult:
+        """Queue a job of ``scope`` for each of ``spiders`` (a source's own spider, or
+        every spider for scope ``all``)."""
         with self.lock:
+            jobs = []
             try:
                 if scope in self._ask():
                     return StartResult(
                         Outcome.BUSY, "a job of the same scope is still pending or running"
                     )
-                job_id = self.client.schedule(
-                    self.project, SPIDER, spider_arguments(scope), self.settings
-                )
+                for spider in spiders:
+                    job_id = self.client.schedule(
+                        self.project, spider, spider_arguments(scope), self.settings
+                    )
+                    jobs.append(job_id)
+                    if scope != ALL:
+                        self.scheduled[job_id] = scope
             except ScrapydError as exc:
-                return StartResult(
-                    Outcome.FAILED, f"scrapyd at {self.client.url} cannot be used ({exc})"
-                )
-            if scope != ALL:
-                self.scheduled[job_id] = scope
-            self._cache = None
-        return StartResult(Outcome.STARTED, f"queued on scrapyd as job {job_id}")
+                if not jobs:
+                    return StartResult(
+                        Outcome.FAILED, f"scrapyd at {self.client.url} cannot be used ({exc})"
+                    )
+            finally:
+                self._cache = None
+        return StartResult(Outcome.STARTED, f"queued on scrapyd as job {', '.join(jobs)}")
 
     def close(self) -> None:
         pass

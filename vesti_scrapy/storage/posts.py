@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 POST_COLUMNS = (
     "source_id", "url", "canonical_url", "title", "text", "sha256", "substantive",
-    "author", "published_at", "fetched_at", "lang", "direction", "content_type",
+    "author", "published_at", "fetched_at", "lang", "direction", "content_type", "extra",
 )  # fmt: skip
 INSERT = (
     f"INSERT INTO posts ({', '.join(POST_COLUMNS)}) "
@@ -93,7 +93,7 @@ class Posts:
                         source_ids[post.source], post.url, post.canonical_url, post.title,
                         post.text, post.sha256, int(post.substantive), post.author,
                         post.published_at, post.fetched_at, post.lang, post.direction,
-                        post.content_type,
+                        post.content_type, post.extra,
                     ),
                 )  # fmt: skip
                 row = cursor.fetchone()

@@ -52,6 +52,8 @@ class SourceRow:
     last_fetch_at: str | None = None
     next_due_at: str | None = None
     effective_feed_url: str | None = None
+    # A Telegram channel's last stored message id (tg_state); None for feeds.
+    last_post_id: int | None = None
 
     @property
     def poll_url(self) -> str | None:
@@ -74,6 +76,7 @@ class RunRecord:
     url: str | None = None
     # False when our own network was down: the run counted against nobody.
     counted: bool = True
+    crawler: str = "rss"  # the registry's crawler kind: rss | telegram
 
 
 # --- posts ---------------------------------------------------------------------------
@@ -96,6 +99,9 @@ class NewPost:
     lang: str | None = None
     direction: str | None = None
     content_type: str = "text"
+    # What the post carries beyond its text, as JSON (a Telegram message's views,
+    # forwarded-from, media).
+    extra: str | None = None
 
 
 @dataclass(frozen=True)

@@ -91,8 +91,10 @@ class Sources:
             """SELECT s.id, s.slug, s.name, s.feed_url, s.crawler, s.direction, s.lang,
                       s.priority, s.enabled, COALESCE(st.status, 'new') AS feed_status,
                       COALESCE(st.error_count, 0) AS error_count, st.last_error,
-                      st.last_fetch_at, st.next_due_at, st.effective_feed_url
+                      st.last_fetch_at, st.next_due_at, st.effective_feed_url,
+                      tg.last_post_id
                FROM sources s LEFT JOIN rss_state st ON st.slug = s.slug
+               LEFT JOIN tg_state tg ON tg.slug = s.slug
                ORDER BY s.slug"""
         )
         return [SourceRow(**{**dict(r), "enabled": bool(r["enabled"])}) for r in rows]
@@ -135,6 +137,16 @@ class Sources:
             [(slug, *astuple(state), now) for slug, state in states.items()],
         )
 
+    def save_positions(self, positions: dict[str, tuple[str, int]]) -> None:
+        """Telegram channels' last stored message ids (slug: (channel, id))."""
+        self.db.executemany(
+            """INSERT INTO tg_state (slug, channel, last_post_id, updated_at)
+               VALUES (?, ?, ?, ?)
+               ON CONFLICT(slug) DO UPDATE SET channel = excluded.channel,
+                   last_post_id = excluded.last_post_id, updated_at = excluded.updated_at""",
+            [(slug, channel, last, utcnow()) for slug, (channel, last) in positions.items()],
+        )
+
     def reset_dead(self, slug: str | None = None) -> list[str]:
         """Dead feeds (all, or the one named) become alive with no errors and due now.
         Their validators (ETag, Last-Modified) and last error stay. Returns their slugs."""
@@ -161,7 +173,7 @@ class Sources:
             [
                 (
                     run.source,
-                    f"rss:{run.source}",
+                    f"{run.crawler}:{run.source}",
                     run.trigger,
                     run.started_at,
                     run.finished_at,

@@ -8,8 +8,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
+from scrapy.utils.project import get_project_settings
 
-from vesti_scrapy.launch import ALL, Outcome, RunInProgress, ScrapydError, StartResult
+from vesti_scrapy.launch import (
+    ALL,
+    SPIDER_OF,
+    Outcome,
+    RunInProgress,
+    ScrapydError,
+    StartResult,
+)
+from vesti_scrapy.launch.common import spiders_with_sources
 from vesti_scrapy.storage import open_storage
 from vesti_scrapy.storage.records import SOURCE_SORTS
 from vesti_scrapy.web.auth import require_csrf
@@ -81,17 +90,21 @@ def back_to_crawlers(request: Request, kind: str, text: str) -> Response:
 @router.post("/crawlers/run", dependencies=[Depends(require_csrf)])
 def run_now(request: Request, source: Annotated[str, Form()] = "") -> Response:
     scope = source.strip() or ALL
-    if scope != ALL:
-        # Opened only here: a crawl of everything starts whatever the database's state.
+    if scope == ALL:
+        # Read from the registry, not the database: a crawl of everything starts whatever
+        # the database's state.
+        spiders = spiders_with_sources(get_project_settings()["VESTI_SOURCES"])
+    else:
         with open_storage(request.app.state.config.db) as storage:
             row = storage.sources.find(scope)
-        if row is None or row["crawler"] != "rss" or not row["enabled"]:
+        if row is None or row["crawler"] not in SPIDER_OF or not row["enabled"]:
             return back_to_crawlers(
-                request, "error", f"There is no enabled RSS source “{scope}” to run."
+                request, "error", f"There is no enabled source “{scope}” to run."
             )
+        spiders = (SPIDER_OF[row["crawler"]],)
     label = "every enabled source" if scope == ALL else scope
     launcher = request.app.state.launcher
-    result: StartResult = launcher.start(scope)
+    result: StartResult = launcher.start(scope, spiders)
     if result.outcome is Outcome.STARTED:
         logger.info("Run now (%s): %s", scope, result.message)
         return back_to_crawlers(request, "ok", f"Crawl of {label}: {result.message}.")

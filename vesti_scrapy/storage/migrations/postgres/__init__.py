@@ -16,6 +16,7 @@ from vesti_scrapy.storage.migrations.postgres import (
     v007_crawls_and_fetched_articles,
     v008_feed_leases,
     v009_host_leases,
+    v010_telegram,
 )
 
 if TYPE_CHECKING:
@@ -31,5 +32,6 @@ MIGRATIONS: list[Callable[[psycopg.Connection], None]] = [
     v007_crawls_and_fetched_articles.up,
     v008_feed_leases.up,
     v009_host_leases.up,
+    v010_telegram.up,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

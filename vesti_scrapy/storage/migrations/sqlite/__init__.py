@@ -15,6 +15,7 @@ from vesti_scrapy.storage.migrations.sqlite import (
     v007_crawls_and_fetched_articles,
     v008_feed_leases,
     v009_host_leases,
+    v010_telegram,
 )
 
 MIGRATIONS: list[Callable[[Connection], None]] = [
@@ -27,5 +28,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     v007_crawls_and_fetched_articles.up,
     v008_feed_leases.up,
     v009_host_leases.up,
+    v010_telegram.up,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
