@@ -77,3 +77,36 @@ def test_scrapy_shell_preview_of_a_feed_and_of_an_article(site, project):
     assert "article page" in article.stdout
     assert "13,000 non-merge changesets" in article.stdout
     assert "Most read" not in article.stdout
+
+
+def test_scrapy_parse_and_shell_on_a_telegram_channel_page(site, project):
+    # A channel page reads as a feed does: its messages as items, older pages as requests,
+    # whether or not they are stored.
+    site_, server = site
+    page = (FIXTURES / "telegram" / "channel.html").read_bytes()
+    site_.put("/s/techvesti", page, content_type="text/html; charset=utf-8")
+    project.write_sources(
+        [
+            {
+                "slug": "tg-tech", "name": "Tech Vesti", "url": "https://t.me/techvesti",
+                "feed_url": None, "channel": "techvesti", "crawler": "telegram",
+                "direction": "linux", "lang": "ru", "priority": "P1", "enabled": True,
+            }
+        ]
+    )  # fmt: skip
+    url = server.url("/s/techvesti")
+    setting = f"VESTI_TELEGRAM_URL={server.base_url}"
+    parsed = scrapy(
+        project, "parse", "--spider=telegram", "-c", "parse_channel", "-s", setting, url
+    )
+    assert parsed.returncode == 0, parsed.stderr[-3000:]
+    items, requests = parsed.stdout.split("# Requests")
+    assert "'source': 'tg-tech'" in items
+    assert "'url': 'https://t.me/techvesti/" in items
+    assert f"<GET {url}?before=" in requests
+    assert not project.db.exists()  # a look: nothing stored, nothing opened
+
+    shell = scrapy(project, "shell", url, "-c", SHELL_PREVIEW)
+    assert shell.returncode == 0, shell.stderr[-3000:]
+    assert f"Telegram channel {url}: a t.me/s page titled" in shell.stdout
+    assert "url:           https://t.me/techvesti/" in shell.stdout

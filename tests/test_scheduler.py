@@ -32,6 +32,7 @@ from vesti_scrapy.launch import (
     ScrapydClient,
     ScrapydRunner,
     lock_path,
+    make_scheduler_runner,
 )
 
 SCHEDULE = [sys.executable, "-m", "vesti_scrapy", "schedule"]
@@ -276,6 +277,34 @@ def test_jobs_of_other_spiders_do_not_block(fake_scrapyd, tmp_path):
     fake_scrapyd.jobs["running"] = [{"id": "j0", "spider": "telegram"}]
     assert scrapyd_runner(tmp_path, fake_scrapyd.url).tick() is Outcome.STARTED
     assert len(fake_scrapyd.scheduled) == 1
+
+
+def test_telegram_crawls_are_scheduled_once_the_registry_has_telegram_sources(
+    fake_scrapyd, project
+):
+    project.write_sources([source_entry("linux", "http://127.0.0.1:9/linux.rss")])
+    options = Options(db=project.db, scrapyd=(fake_scrapyd.url,))
+    runner = make_scheduler_runner(options, str(project.sources))
+
+    def spiders() -> list[str]:
+        return [job["spider"][0] for job in fake_scrapyd.scheduled]
+
+    assert runner.tick() is Outcome.STARTED
+    assert spiders() == ["feeds"]  # no Telegram source: no telegram job
+    fake_scrapyd.start_all()
+    channel = {
+        "slug": "tg-news", "name": "News", "url": None, "feed_url": None,
+        "channel": "vesti_news", "crawler": "telegram", "direction": "tech", "lang": "ru",
+        "priority": "P1", "enabled": True,
+    }  # fmt: skip
+    project.write_sources([source_entry("linux", "http://127.0.0.1:9/linux.rss"), channel])
+    # Read at every tick: the feeds job still runs, the telegram one is queued beside it.
+    assert runner.tick() is Outcome.STARTED
+    assert spiders() == ["feeds", "telegram"]
+    assert fake_scrapyd.scheduled[-1]["due"] == ["1"]
+    fake_scrapyd.start_all()
+    assert runner.tick() is Outcome.BUSY  # one job per spider at a time
+    assert spiders() == ["feeds", "telegram"]
 
 
 def test_a_refusal_from_scrapyd_is_logged(fake_scrapyd, tmp_path, caplog):

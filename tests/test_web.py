@@ -21,6 +21,7 @@ import pytest
 from conftest import FIXTURES, REPO, Project, source_entry
 from fake_scrapyd import FakeScrapyd
 from fastapi.testclient import TestClient
+from telegram_pages import Msg, channel_pages
 
 from pipelines.store import record_results
 from vesti_scrapy import launch
@@ -961,6 +962,43 @@ def test_run_now_starts_one_crawl_and_never_a_second_of_the_same_scope(crawlable
             client.get("/crawlers")
             time.sleep(0.05)
         assert not unreaped(app)
+
+
+def test_run_on_a_telegram_source_starts_a_telegram_crawl(site, project, monkeypatch):
+    site_, server = site
+    for path, page in channel_pages("vesti_news", [Msg(id=5, text="Первое сообщение")]).items():
+        site_.put(path, page, content_type="text/html; charset=utf-8")
+    project.write_sources(
+        [
+            source_entry("linux", server.url("/linux.rss")),
+            {
+                "slug": "tg-news", "name": "News", "url": None, "feed_url": None,
+                "channel": "vesti_news", "crawler": "telegram", "direction": "tech",
+                "lang": "ru", "priority": "P1", "enabled": True,
+            },
+        ]
+    )  # fmt: skip
+    for name, value in project.env(VESTI_TELEGRAM_URL=server.base_url).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(REPO)
+    with open_storage(project.db) as store:
+        store.sources.sync(parse_sources(project.sources.read_text()))
+    app = create_app(WebConfig(db=project.db))
+    with TestClient(app) as client:
+        page = client.get("/crawlers").text
+        assert 'aria-label="Run tg-news now"' in page
+        started = client.post("/crawlers/run", data={"csrf": csrf_of(page), "source": "tg-news"})
+        assert "Crawl of tg-news: started (telegram pid" in started.text
+        wait_for_unlock(launch.source_lock(project.db, "tg-news"))
+        deadline = time.monotonic() + 5
+        while unreaped(app) and time.monotonic() < deadline:
+            client.get("/crawlers")
+            time.sleep(0.05)
+    assert project.query("SELECT url, title FROM posts") == [
+        ("https://t.me/vesti_news/5", "Первое сообщение")
+    ]
+    assert project.query("SELECT name, trigger FROM runs") == [("telegram:tg-news", "dashboard")]
+    assert list((project.db.parent / "logs").glob("telegram-*.log"))
 
 
 def unreaped(app: Any) -> list[int]:

@@ -85,10 +85,10 @@ def make_runner(options: Options) -> LocalRunner | ScrapydRunner:
     return LocalRunner(options)
 
 
-def make_scheduler_runner(options: Options) -> EverySpider:
+def make_scheduler_runner(options: Options, registry: str | None = None) -> EverySpider:
     """The scheduler's runner: each tick starts a crawl of every spider with enabled
-    sources (:func:`make_runner` for each)."""
+    sources in ``registry`` (default: VESTI_SOURCES), :func:`make_runner` for each."""
     return EverySpider(
         {spider: make_runner(replace(options, spider=spider)) for spider in SPIDERS},
-        get_project_settings()["VESTI_SOURCES"],
+        registry or get_project_settings()["VESTI_SOURCES"],
     )
