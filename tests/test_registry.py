@@ -174,6 +174,23 @@ def test_missing_feed_url_for_rss():
     assert "required" in problem
 
 
+@pytest.mark.parametrize(
+    ("channel_line", "expected"),
+    [
+        ("", "field 'channel': required for crawler telegram"),
+        ("  channel: https://t.me/opennet_ru\n", "is not a Telegram channel name"),
+        ("  channel: ab\n", "is not a Telegram channel name"),
+    ],
+)
+def test_a_telegram_source_needs_a_channel_name(channel_line: str, expected: str):
+    error = registry_error(
+        "- slug: tg\n  name: TG\n  crawler: telegram\n  direction: linux\n" + channel_line
+    )
+    problem = only_problem(error)
+    assert problem.startswith("line 1: entry 'tg': field 'channel':")
+    assert expected in problem
+
+
 def test_entry_without_usable_slug_is_named_by_index():
     error = registry_error(
         """\

@@ -20,6 +20,8 @@ CRAWLERS = ("rss", "telegram")
 # Poll interval in minutes per priority.
 PRIORITIES = {"P0": 15, "P1": 60, "P2": 240}
 SLUG_RE = re.compile(r"^[a-z0-9_-]+$")
+# A public Telegram username, as in t.me/<name>.
+CHANNEL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{3,31}$")
 FIELDS = (
     "slug",
     "name",
@@ -102,6 +104,13 @@ def _validate_entry(raw: Any, where: str) -> tuple[Source | None, list[str]]:
             field_problem(field, f"bad URL {value!r} (an absolute http(s) URL is required)")
     if crawler == "rss" and not raw.get("feed_url"):
         field_problem("feed_url", "required for crawler rss")
+    channel = raw.get("channel")
+    if crawler == "telegram" and channel is None:
+        field_problem("channel", "required for crawler telegram (the name in t.me/<name>)")
+    elif channel is not None and not (isinstance(channel, str) and CHANNEL_RE.match(channel)):
+        field_problem(
+            "channel", f"{channel!r} is not a Telegram channel name (5-32 letters, digits, _)"
+        )
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         field_problem("enabled", f"{enabled!r} must be true or false")

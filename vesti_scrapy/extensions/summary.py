@@ -42,11 +42,12 @@ class CrawlSummary:
             self.duplicates[item.source] += 1
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
+        noun = getattr(spider, "noun", "feed")  # a feed, a channel
         elsewhere = self.crawler.stats.get_value("feeds/leased_elsewhere", 0)
-        leased = f"; {elsewhere} feed(s) leased elsewhere (another crawl polls them)"
+        leased = f"; {elsewhere} {noun}(s) leased elsewhere (another crawl polls them)"
         if not self.results:
             logger.info(
-                "Crawl summary (%s): no feed completed%s", reason, leased if elsewhere else ""
+                "Crawl summary (%s): no %s completed%s", reason, noun, leased if elsewhere else ""
             )
             return
         lines = [f"{'source':<24} {'status':<13} {'fetched':>7} {'new':>5} {'dup':>5}  error"]
@@ -57,14 +58,14 @@ class CrawlSummary:
             )
         counts = Counter(r.status for r in self.results)
         lines.append(
-            f"{len(self.results)} feed(s): {counts['ok']} ok, {counts['not_modified']} not "
+            f"{len(self.results)} {noun}(s): {counts['ok']} ok, {counts['not_modified']} not "
             f"modified, {counts['error']} error; {sum(r.new for r in self.results)} new post(s)"
             + (leased if elsewhere else "")
         )
         logger.info("Crawl summary (%s):\n%s", reason, "\n".join(lines))
         if self.crawler.stats.get_value("feeds/network_down"):
             logger.warning(
-                "Every feed failed to connect: the network looks unreachable from here. "
+                f"Every {noun} failed to connect: the network looks unreachable from here. "
                 "The runs are recorded, but no error is counted against the sources; "
                 "run again when the network is back."
             )
