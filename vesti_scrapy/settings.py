@@ -52,6 +52,14 @@ VESTI_PROCESS_POOL_WORKERS = int(os.environ.get("VESTI_PROCESS_POOL_WORKERS", os
 # page may hold the crawl forever (the slowest of the corpus's 60 real article pages is
 # extracted in under 0.2 s). Its feed fails, or its article keeps the feed's summary.
 VESTI_PROCESS_POOL_JOB_TIMEOUT = 120
+# Posts fetched more than this many days ago are deleted at the end of each crawl (unset:
+# keep everything); `python -m vesti_scrapy db prune --older-than DAYS` does it by hand. A
+# pruned post is remembered (its canonical URL and text hash) and never stored again.
+VESTI_RETENTION_DAYS = os.environ.get("VESTI_RETENTION_DAYS", "")
+# Alerts: apprise URLs (comma- or space-separated), e.g. "ntfy://ntfy.sh/my-topic" or
+# "json://127.0.0.1:8080/hook". One message when a source turns dead, one when it
+# recovers, one when the network looked down for a whole crawl. Empty: no alerts.
+VESTI_NOTIFY = os.environ.get("VESTI_NOTIFY", "")
 # Consecutive errors after which a source is marked dead.
 VESTI_DEAD_AFTER_ERRORS = 5
 # Seconds a crawl's claim on the feeds it polls lasts unless renewed (every third of it):

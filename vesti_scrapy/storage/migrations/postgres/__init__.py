@@ -17,6 +17,7 @@ from vesti_scrapy.storage.migrations.postgres import (
     v008_feed_leases,
     v009_host_leases,
     v010_telegram,
+    v011_operations,
 )
 
 if TYPE_CHECKING:
@@ -33,5 +34,6 @@ MIGRATIONS: list[Callable[[psycopg.Connection], None]] = [
     v008_feed_leases.up,
     v009_host_leases.up,
     v010_telegram.up,
+    v011_operations.up,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

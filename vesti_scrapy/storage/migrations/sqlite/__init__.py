@@ -16,6 +16,7 @@ from vesti_scrapy.storage.migrations.sqlite import (
     v008_feed_leases,
     v009_host_leases,
     v010_telegram,
+    v011_operations,
 )
 
 MIGRATIONS: list[Callable[[Connection], None]] = [
@@ -29,5 +30,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     v008_feed_leases.up,
     v009_host_leases.up,
     v010_telegram.up,
+    v011_operations.up,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
