@@ -35,6 +35,7 @@ from vesti_scrapy.items import FeedResult, PostItem
 from vesti_scrapy.registry import Source, load_sources
 from vesti_scrapy.responses import CONNECTION_ERRORS, describe_failure, retry_after
 from vesti_scrapy.signals import request_skipped
+from vesti_scrapy.source_options import SourceOptions
 from vesti_scrapy.storage import StorageError
 from vesti_scrapy.text import extract_fingerprinted
 from vesti_scrapy.timefmt import utcnow
@@ -168,6 +169,10 @@ class RegistrySpider(scrapy.Spider):
         logger.info("Crawling %d %s(s)", len(sources), self.noun)
         for source, url, row in sources:
             yield self.first_request(source, url, row)
+
+    def options_of(self, slug: str) -> SourceOptions:
+        source = self.sources_by_slug.get(slug)
+        return source.options if source is not None else SourceOptions()
 
     def source_meta(self, source: Source) -> dict[str, Any]:
         """The meta of a source's requests: whose they are, and when its crawl began."""
@@ -313,6 +318,8 @@ class RegistrySpider(scrapy.Spider):
             link,
             callback=self.parse_article,
             errback=self.article_failed,
+            # The source's own User-Agent and headers (a cookie) for its article pages too.
+            headers=self.options_of(post.source).request_headers(),
             cb_kwargs={"post": post},
             # DeltaFetch skips the page when an earlier crawl fetched it: its post was
             # stored with it then.
@@ -324,9 +331,14 @@ class RegistrySpider(scrapy.Spider):
         if isinstance(response, TextResponse):
             pool = self.crawler.get_extension(CpuPool)
             # The body goes to the worker undecoded, with the encoding the page declares.
+            selector = self.options_of(post.source).content_selector
             try:
                 text, found = await pool.run(
-                    extract_fingerprinted, response.body, response.url, response.encoding
+                    extract_fingerprinted,
+                    response.body,
+                    response.url,
+                    response.encoding,
+                    selector,
                 )
             except JobLost as exc:
                 logger.warning(

@@ -49,6 +49,7 @@ class FeedsSpider(RegistrySpider):
             url,
             callback=self.parse_feed,
             errback=self.source_failed,
+            headers=source.options.request_headers(),
             meta=self.source_meta(source),
             dont_filter=True,
         )
@@ -83,16 +84,17 @@ class FeedsSpider(RegistrySpider):
             self.crawler.stats.inc_value("feeds/malformed")
         for unreadable in feed.unreadable:
             self.entry_failed(source.slug, unreadable)
-        result.fetched = len(feed.entries)
+        entries = feed.entries[: source.options.max_entries]  # the feed's order: newest first
+        result.fetched = len(entries)
         result.etag = header(response, b"ETag")
         result.modified = header(response, b"Last-Modified")
         result.last_build_date = feed.last_build_date
         result.ttl_seconds = feed.ttl * 60 if feed.ttl else None
         fetched_at = utcnow()
-        for number, entry in enumerate(feed.entries, 1):
+        for number, entry in enumerate(entries, 1):
             try:
                 post = self._post(source, entry, fetched_at)
-                request = None if post is None else self._article_request(entry, post)
+                request = None if post is None else self._article_request(source, entry, post)
             except Exception as exc:  # one entry's fault never costs the rest of its feed
                 self.entry_failed(source.slug, f"entry {number}: {type(exc).__name__}: {exc}")
                 continue
@@ -133,10 +135,15 @@ class FeedsSpider(RegistrySpider):
             fingerprint=entry.fingerprint,
         )
 
-    def _article_request(self, entry: Entry, post: PostItem) -> Request | object | None:
-        """The request for a summary-only entry's article page (see
+    def _article_request(
+        self, source: Source, entry: Entry, post: PostItem
+    ) -> Request | object | None:
+        """The request for the entry's article page (see
         :meth:`~spiders.base.RegistrySpider.article_request`); None when the feed's text
-        is enough."""
-        if not entry.summary_only or len(entry.text) >= self.summary_min_chars:
+        is enough: by default a text other than a short summary, or as the source's
+        ``full_text`` option says (always, never)."""
+        full_text = source.options.full_text
+        short = entry.summary_only and len(entry.text) < self.summary_min_chars
+        if full_text == "never" or (full_text == "auto" and not short):
             return None
         return self.article_request(entry.link, post)

@@ -93,13 +93,14 @@ class TelegramSpider(RegistrySpider):
         self._channels[source.slug] = ChannelCrawl(
             source.channel, row.last_post_id if row is not None else None
         )
-        return self._page_request(url, self.source_meta(source))
+        return self._page_request(source, url, self.source_meta(source))
 
-    def _page_request(self, url: str, meta: dict[str, Any]) -> Request:
+    def _page_request(self, source: Source, url: str, meta: dict[str, Any]) -> Request:
         return Request(
             url,
             callback=self.parse_channel,
             errback=self.source_failed,
+            headers=source.options.request_headers(),
             meta=meta,
             dont_filter=True,
         )
@@ -139,18 +140,19 @@ class TelegramSpider(RegistrySpider):
                 yield result
             return
         self.crawler.stats.inc_value("telegram/service_skipped", page.service_messages)
+        wanted = self._wanted(source, crawl)
         fetched_at = utcnow()
         # Newest first, as reading back goes; only what earlier crawls did not store.
         for message in sorted(page.messages, key=lambda m: m.id, reverse=True):
             crawl.newest = max(crawl.newest or 0, message.id)
             if crawl.stored_up_to is not None and message.id <= crawl.stored_up_to:
                 continue
-            if crawl.stored_up_to is None and crawl.read >= self.backfill:
+            if wanted is not None and crawl.read >= wanted:
                 break
             crawl.read += 1
             try:
                 post = self._post(source, crawl.channel, message, fetched_at)
-                request = self.article_request(article_link(message, self.summary_min_chars), post)
+                request = self.article_request(self._article_link(source, message), post)
             except Exception as exc:  # one message's fault never costs the rest of its channel
                 self.entry_failed(slug, f"message {message.id}: {type(exc).__name__}: {exc}")
                 continue
@@ -158,10 +160,9 @@ class TelegramSpider(RegistrySpider):
                 yield ensure_text(post)
             elif request is not ALREADY_REQUESTED:
                 yield request
-        if self._reads_on(crawl, page):
-            yield self._page_request(
-                channel_url(self.base_url, crawl.channel, page.before), response.meta
-            )
+        if self._reads_on(crawl, page, wanted):
+            older = channel_url(self.base_url, crawl.channel, page.before)
+            yield self._page_request(source, older, response.meta)
             return
         progress.result.fetched = crawl.read
         progress.result.channel = crawl.channel
@@ -187,16 +188,35 @@ class TelegramSpider(RegistrySpider):
             )
         return None
 
-    def _reads_on(self, crawl: ChannelCrawl, page: ChannelPage) -> bool:
+    def _wanted(self, source: Source, crawl: ChannelCrawl) -> int | None:
+        """The most messages this crawl reads from the channel: the backfill on a first
+        crawl, and no more than the source's ``max_entries``; None: back to the last
+        stored one."""
+        limits = [source.options.max_entries or 0]
+        if crawl.stored_up_to is None:
+            limits.append(self.backfill)
+        return min((limit for limit in limits if limit), default=None)
+
+    def _article_link(self, source: Source, message: Message) -> str | None:
+        """The article a message is followed to: one it is mostly a link to, or as the
+        source's ``full_text`` option says (always: its first link; never)."""
+        full_text = source.options.full_text
+        if full_text == "never":
+            return None
+        if full_text == "always":
+            return message.links[0] if message.links else None
+        return article_link(message, self.summary_min_chars)
+
+    def _reads_on(self, crawl: ChannelCrawl, page: ChannelPage, wanted: int | None) -> bool:
         """Whether this crawl reads the next older page of the channel."""
         if page.before is None or not page.messages:
             return False
         oldest = min(message.id for message in page.messages)
-        if crawl.stored_up_to is None:
-            wanted = crawl.read < self.backfill
-        else:
-            wanted = oldest > crawl.stored_up_to + 1
-        if wanted and crawl.pages >= self.max_pages:
+        # Not yet as many as wanted, and not yet back to what earlier crawls stored.
+        more = (wanted is None or crawl.read < wanted) and (
+            crawl.stored_up_to is None or oldest > crawl.stored_up_to + 1
+        )
+        if more and crawl.pages >= self.max_pages:
             logger.warning(
                 "Channel @%s: stopped after %d pages (VESTI_TELEGRAM_MAX_PAGES); messages "
                 "older than %d are not read",
@@ -206,7 +226,7 @@ class TelegramSpider(RegistrySpider):
             )
             self.crawler.stats.inc_value("telegram/max_pages")
             return False
-        return wanted
+        return more
 
     def _post(self, source: Source, channel: str, message: Message, fetched_at: str) -> PostItem:
         url = permalink(channel, message.id)

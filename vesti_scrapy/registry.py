@@ -7,6 +7,7 @@ nothing is written) while the file is invalid.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+
+from vesti_scrapy.source_options import OPTION_FIELDS, SourceOptions, parse_options
 
 DIRECTIONS = ("linux", "tech", "politics", "games", "electronics", "llm")
 CRAWLERS = ("rss", "telegram")
@@ -33,6 +36,7 @@ FIELDS = (
     "lang",
     "priority",
     "enabled",
+    *OPTION_FIELDS,
 )
 
 
@@ -59,6 +63,7 @@ class Source:
     priority: str
     enabled: bool
     line: int = 0
+    options: SourceOptions = dataclasses.field(default_factory=SourceOptions)
 
 
 def _is_http_url(value: Any) -> bool:
@@ -117,6 +122,7 @@ def _validate_entry(raw: Any, where: str) -> tuple[Source | None, list[str]]:
     lang = raw.get("lang")
     if lang is not None and not isinstance(lang, str):
         field_problem("lang", f"{lang!r} must be a language code such as en or ru")
+    options = parse_options(raw, field_problem)
     if problems:
         return None, problems
     return (
@@ -131,6 +137,7 @@ def _validate_entry(raw: Any, where: str) -> tuple[Source | None, list[str]]:
             lang=lang,
             priority=priority,
             enabled=enabled,
+            options=options,
         ),
         [],
     )

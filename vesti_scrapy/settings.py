@@ -136,6 +136,8 @@ EXTENSIONS = {
     "vesti_scrapy.extensions.cpu.CpuPool": 110,
     # The feeds a crawl polls, leased so that no other crawl polls them meanwhile.
     "vesti_scrapy.extensions.feed_claims.FeedClaims": 120,
+    # Alerts (VESTI_NOTIFY): a source turned dead or recovered, the network down.
+    "vesti_scrapy.extensions.alerts.Alerts": 130,
     "vesti_scrapy.extensions.summary.CrawlSummary": 500,
     # Switched off above (TELNETCONSOLE_ENABLED, REMOTE_CONTROL_ENABLED).
     "scrapy.extensions.telnet.TelnetConsole": None,

@@ -6,6 +6,7 @@ policy (:mod:`vesti_scrapy.polling`) decided it; nothing here decides anything.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple, fields
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,11 @@ LISTING_ORDER = {
 }
 
 
+def _options_json(source: Source) -> str | None:
+    options = source.options.as_dict()
+    return json.dumps(options, ensure_ascii=False, sort_keys=True) if options else None
+
+
 def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" for _ in values)
 
@@ -52,14 +58,14 @@ class Sources:
             self.db.executemany(
                 """INSERT INTO sources
                        (slug, name, url, feed_url, channel, crawler, direction, lang,
-                        priority, enabled)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        priority, enabled, options)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT(slug) DO UPDATE SET
                        name = excluded.name, url = excluded.url,
                        feed_url = excluded.feed_url, channel = excluded.channel,
                        crawler = excluded.crawler, direction = excluded.direction,
                        lang = excluded.lang, priority = excluded.priority,
-                       enabled = excluded.enabled""",
+                       enabled = excluded.enabled, options = excluded.options""",
                 [
                     (
                         s.slug,
@@ -72,6 +78,7 @@ class Sources:
                         s.lang,
                         s.priority,
                         int(s.enabled),
+                        _options_json(s),
                     )
                     for s in registry
                 ],
@@ -245,8 +252,15 @@ class Sources:
         ]
 
     def find(self, slug: str) -> dict[str, Any] | None:
+        """A source as the registry last gave it, its per-source options included."""
         row = self.db.one(
-            "SELECT slug, name, crawler, enabled = 1 AS enabled FROM sources WHERE slug = ?",
+            "SELECT slug, name, url, feed_url, channel, crawler, direction, lang, priority, "
+            "enabled = 1 AS enabled, options FROM sources WHERE slug = ?",
             (slug,),
         )
-        return None if row is None else {**dict(row), "enabled": bool(row["enabled"])}
+        if row is None:
+            return None
+        found = dict(row)
+        found["enabled"] = bool(found["enabled"])
+        found["options"] = json.loads(found["options"]) if found["options"] else {}
+        return found
