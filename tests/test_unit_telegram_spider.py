@@ -27,9 +27,11 @@ BASE = "http://127.0.0.1:9"
 CHANNEL = "vesti_news"
 
 
-def telegram_crawler(tmp_path: Path, **settings: Any) -> Crawler:
+def telegram_crawler(
+    tmp_path: Path, options: dict[str, Any] | None = None, **settings: Any
+) -> Crawler:
     sources = tmp_path / "sources.yaml"
-    entry = {
+    entry = {**(options or {}),
         "slug": "tg-news", "name": "News", "url": None, "feed_url": None, "channel": CHANNEL,
         "crawler": "telegram", "direction": "tech", "lang": "ru", "priority": "P0",
         "enabled": True,
@@ -149,3 +151,19 @@ def test_an_older_page_that_fails_fails_the_channel_after_the_posts_it_gave(tmp_
     # Its position is not stored: the next crawl reads the channel back again.
     assert (result.status, result.last_post_id) == ("error", None)
     assert "500" in (result.error or "")
+
+
+def test_a_channels_options_cap_its_messages_and_say_which_links_are_followed(tmp_path):
+    link = "https://lwn.net/Articles/1001/"
+    options = {"max_entries": 3, "full_text": "never", "headers": {"Cookie": "stel=1"}}
+    spider = spider_of(telegram_crawler(tmp_path, options))
+    pages = channel_pages(
+        CHANNEL, [*messages(30), Msg(id=99, text=f'Read: <a href="{link}">{link}</a>')]
+    )
+    request = first_request(spider)
+    assert request.headers["Cookie"] == b"stel=1"
+    *posts, result = collect(spider.parse_channel(answer(request, page_at(pages, request))))
+    # The newest three, the link post kept as it is (never followed), and no older page.
+    assert [post.url.rsplit("/", 1)[1] for post in posts] == ["99", "68", "66"]
+    assert posts[0].text == f"Read: {link}"
+    assert isinstance(result, FeedResult) and result.fetched == 3

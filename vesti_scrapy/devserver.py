@@ -47,6 +47,9 @@ class Page:
     fail_first: int = 0
     fail_status: int = 500
     served: int = 0
+    # Request headers the page needs (a site that refuses bots, or wants a cookie): 403
+    # without them.
+    require: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -131,6 +134,10 @@ class _Handler(BaseHTTPRequestHandler):
         if failing:
             assert page is not None
             status, body, headers = page.fail_status, b"failing", {"Content-Type": "text/plain"}
+        elif page is not None and any(
+            self.headers.get(name) != value for name, value in page.require.items()
+        ):
+            status, body, headers = 403, b"forbidden", {"Content-Type": "text/plain"}
         else:
             status, body, headers = self._answer(page, self.server.base_url)
         with site.lock:
