@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
+from scrapy.utils.project import get_project_settings
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vesti_scrapy.launch import DEFAULT_PROJECT, make_launcher, spawn_urls_crawl
@@ -44,6 +45,13 @@ class WebConfig:
     project: str = DEFAULT_PROJECT
     settings: tuple[str, ...] = ()
     token: str | None = None
+    # The registry file that Add source and OPML import append to, and Run now reads
+    # (VESTI_SOURCES); empty: the project's setting.
+    sources: str = ""
+
+    @property
+    def registry(self) -> str:
+        return self.sources or get_project_settings()["VESTI_SOURCES"]
 
     @classmethod
     def from_env(cls) -> WebConfig:

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
-from scrapy.utils.project import get_project_settings
 
 from vesti_scrapy.launch import (
     ALL,
@@ -93,7 +92,7 @@ def run_now(request: Request, source: Annotated[str, Form()] = "") -> Response:
     if scope == ALL:
         # Read from the registry, not the database: a crawl of everything starts whatever
         # the database's state.
-        spiders = spiders_with_sources(get_project_settings()["VESTI_SOURCES"])
+        spiders = spiders_with_sources(request.app.state.config.registry)
     else:
         with open_storage(request.app.state.config.db) as storage:
             row = storage.sources.find(scope)
