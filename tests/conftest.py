@@ -114,6 +114,24 @@ def assert_counters_exact(db: str | os.PathLike[str] | Storage) -> None:
             storage.close()
 
 
+def run_sources(registry: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m vesti_scrapy sources ARGS`` on the registry file ``registry`` (its
+    database beside it, in data/)."""
+    env = {
+        **os.environ,
+        "VESTI_SOURCES": str(registry),
+        "VESTI_DB": str(registry.parent / "data" / "vesti.db"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "vesti_scrapy", "sources", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 @pytest.fixture
 def site() -> Iterator[tuple[Site, SiteServer]]:
     site = Site()

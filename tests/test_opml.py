@@ -5,9 +5,6 @@ file that is not OPML), the round trip, and the dashboard's download and upload.
 # ruff: noqa: RUF001 (Cyrillic and Japanese titles are meant)
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -15,7 +12,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, run_sources
 from fastapi.testclient import TestClient
 
 from vesti_scrapy.opml import OpmlError, folder_direction, plan_import, read_opml, write_opml
@@ -45,22 +42,6 @@ EXPORTED = """\
 - {slug: simon, name: "Simon Willison’s Weblog", feed_url: "https://simonwillison.net/atom/everything/", direction: llm}
 - {slug: tgnews, name: Telegram news, channel: tgnews, crawler: telegram, direction: politics}
 """  # noqa: E501
-
-
-def vesti(registry: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "VESTI_SOURCES": str(registry),
-        "VESTI_DB": str(registry.parent / "data" / "vesti.db"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "vesti_scrapy", "sources", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.fixture
@@ -152,7 +133,7 @@ def test_a_file_that_is_not_opml_is_an_error():
 
 # --- the commands ------------------------------------------------------------------------------
 def test_import_appends_every_feed_with_folder_directions(registry):
-    result = vesti(registry, "import-opml", str(OPML / "nested.opml"), "--priority", "P2")
+    result = run_sources(registry, "import-opml", str(OPML / "nested.opml"), "--priority", "P2")
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
         "imported 5 source(s), 2 already registered, direction from folders: 3\n"
@@ -173,13 +154,15 @@ def test_import_appends_every_feed_with_folder_directions(registry):
         added["cafe-economie-societe"].feed_url == "https://cafe.example.fr/rss?lang=fr&format=rss2"
     )
     # Importing again adds nothing.
-    again = vesti(registry, "import-opml", str(OPML / "nested.opml"))
+    again = run_sources(registry, "import-opml", str(OPML / "nested.opml"))
     assert again.stdout == "imported 0 source(s), 7 already registered, direction from folders: 0\n"
     assert registry.read_text(encoding="utf-8") == text
 
 
 def test_import_of_a_readers_export_with_direction_folders_in_any_case(registry):
-    result = vesti(registry, "import-opml", str(OPML / "inoreader.opml"), "--direction", "politics")
+    result = run_sources(
+        registry, "import-opml", str(OPML / "inoreader.opml"), "--direction", "politics"
+    )
     assert result.returncode == 0, result.stderr
     assert "imported 4 source(s), 0 already registered, direction from folders: 3" in result.stdout
     added = {s.slug: s.direction for s in parse_sources(registry.read_text(encoding="utf-8"))}
@@ -195,12 +178,12 @@ def test_import_of_a_readers_export_with_direction_folders_in_any_case(registry)
 def test_a_file_that_is_not_opml_exits_1_naming_it(registry):
     before = registry.read_bytes()
     bad = OPML / "not-opml.opml"
-    result = vesti(registry, "import-opml", str(bad))
+    result = run_sources(registry, "import-opml", str(bad))
     assert result.returncode == 1
     assert result.stderr == (
         f"error: {bad}: not an OPML subscription list (no <opml> root element)\n"
     )
-    missing = vesti(registry, "import-opml", str(OPML / "missing.opml"))
+    missing = run_sources(registry, "import-opml", str(OPML / "missing.opml"))
     assert missing.returncode == 1
     assert f"error: {OPML / 'missing.opml'}: cannot read the file: No such file" in missing.stderr
     assert registry.read_bytes() == before
@@ -208,7 +191,7 @@ def test_a_file_that_is_not_opml_exits_1_naming_it(registry):
 
 def test_import_dry_run_writes_nothing(registry):
     before = registry.read_bytes()
-    result = vesti(registry, "import-opml", str(OPML / "inoreader.opml"), "--dry-run")
+    result = run_sources(registry, "import-opml", str(OPML / "inoreader.opml"), "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "- slug: hackaday\n  name: Hackaday\n  url: https://hackaday.com/\n" in result.stdout
     assert result.stdout.endswith(
@@ -221,17 +204,17 @@ def test_import_dry_run_writes_nothing(registry):
 def test_export_then_import_into_an_empty_registry_gives_the_same_feeds(tmp_path):
     source = tmp_path / "sources.yaml"
     source.write_text(EXPORTED, encoding="utf-8")
-    exported = vesti(source, "export-opml")
+    exported = run_sources(source, "export-opml")
     assert exported.returncode == 0, exported.stderr
     opml = tmp_path / "export.opml"
     opml.write_text(exported.stdout, encoding="utf-8")
-    written = vesti(source, "export-opml", "-o", str(tmp_path / "file.opml"))
+    written = run_sources(source, "export-opml", "-o", str(tmp_path / "file.opml"))
     assert written.stdout == f"wrote 7 feed(s) to {tmp_path / 'file.opml'}\n"
     assert ET.parse(tmp_path / "file.opml").getroot().get("version") == "2.0"
 
     empty = tmp_path / "elsewhere" / "sources.yaml"
     empty.parent.mkdir()
-    imported = vesti(empty, "import-opml", str(opml))
+    imported = run_sources(empty, "import-opml", str(opml))
     assert imported.returncode == 0, imported.stderr
     assert (
         imported.stdout == "imported 7 source(s), 0 already registered, direction from folders: 7\n"

@@ -5,15 +5,12 @@ command as a subprocess against pages and feeds served on 127.0.0.1; the dashboa
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import run_sources
 from fastapi.testclient import TestClient
 from scrapy.utils.project import get_project_settings
 
@@ -91,22 +88,6 @@ def page(*links: str, base: str = "") -> str:
 
 def alternate(href: str, kind: str = "application/rss+xml", title: str = "") -> str:
     return f'<link rel="alternate" type="{kind}" title="{title}" href="{href}">'
-
-
-def vesti(registry: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "VESTI_SOURCES": str(registry),
-        "VESTI_DB": str(registry.parent / "data" / "vesti.db"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "vesti_scrapy", "sources", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.fixture
@@ -334,7 +315,7 @@ def test_a_missing_registry_is_empty_and_the_first_append_creates_it(tmp_path):
 def test_add_lists_the_alternate_links_and_takes_the_first(blog, registry):
     site_, server = blog
     url = server.url("/blog/2026/post.html")
-    result = vesti(registry, "add", url)
+    result = run_sources(registry, "add", url)
     assert result.returncode == 0, result.stderr
     posts, comments = server.url("/feeds/posts.rss"), server.url("/feeds/comments.atom")
     assert f"1. Example Posts: {posts} (alternate link, 3 entries)" in result.stdout
@@ -356,7 +337,7 @@ def test_add_lists_the_alternate_links_and_takes_the_first(blog, registry):
 
 def test_pick_and_the_given_fields_win(blog, registry):
     _, server = blog
-    result = vesti(
+    result = run_sources(
         registry,
         "add",
         server.url("/blog/2026/post.html"),
@@ -371,7 +352,7 @@ def test_pick_and_the_given_fields_win(blog, registry):
         server.url("/feeds/comments.atom"),
     )
     assert (added.direction, added.priority, added.lang) == ("linux", "P0", "fr")
-    too_far = vesti(registry, "add", server.url("/blog/2026/post.html"), "--pick", "3")
+    too_far = run_sources(registry, "add", server.url("/blog/2026/post.html"), "--pick", "3")
     assert too_far.returncode == 1
     assert "error: --pick 3: only 2 feed(s) found" in too_far.stderr
 
@@ -380,7 +361,7 @@ def test_a_page_without_alternate_links_finds_feed_xml(site, registry):
     site_, server = site
     site_.put("/about.html", page())
     site_.put("/feed.xml", atom("Der Blog"), content_type="application/atom+xml")
-    result = vesti(registry, "add", server.url("/about.html"))
+    result = run_sources(registry, "add", server.url("/about.html"))
     assert result.returncode == 0, result.stderr
     assert f"found Der Blog: {server.url('/feed.xml')} (usual path, 1 entry)" in result.stdout
     added = parse_sources(registry.read_text(encoding="utf-8"))[-1]
@@ -399,7 +380,7 @@ def test_nothing_found_lists_every_url_tried_and_why(site, registry):
     site_.put("/not-a-feed.rss", "<html><body>Moved to our app!</body></html>", "text/html")
     site_.put("/rss", "", status=500)
     before = registry.read_bytes()
-    result = vesti(registry, "add", server.url("/news.html"))
+    result = run_sources(registry, "add", server.url("/news.html"))
     assert result.returncode == 1
     assert f"error: no feed found for {server.url('/news.html')}; tried:" in result.stderr
     tried = dict(
@@ -421,7 +402,7 @@ def test_nothing_found_lists_every_url_tried_and_why(site, registry):
     assert registry.read_bytes() == before
 
     site_.put("/bare.html", page())
-    result = vesti(registry, "add", server.url("/bare.html"))
+    result = run_sources(registry, "add", server.url("/bare.html"))
     assert result.returncode == 1
     assert re.search(
         rf"{re.escape(server.url('/bare.html'))}: not a feed: .*; no alternate links", result.stderr
@@ -438,7 +419,7 @@ def test_a_feed_already_registered_names_its_slug(site, tmp_path):
         encoding="utf-8",
     )
     before = path.read_bytes()
-    result = vesti(path, "add", server.url("/feed.rss"))
+    result = run_sources(path, "add", server.url("/feed.rss"))
     assert result.returncode == 1
     assert f"is already in the registry as 'mine' ({path}, line 4)" in result.stderr
     assert path.read_bytes() == before
@@ -447,7 +428,7 @@ def test_a_feed_already_registered_names_its_slug(site, tmp_path):
 def test_dry_run_prints_the_block_and_writes_nothing(blog, registry):
     _, server = blog
     before = registry.read_bytes()
-    result = vesti(registry, "add", server.url("/blog/2026/post.html"), "--dry-run")
+    result = run_sources(registry, "add", server.url("/blog/2026/post.html"), "--dry-run")
     assert result.returncode == 0, result.stderr
     assert f"dry run, nothing written; this entry would be appended to {registry}:" in result.stdout
     block = result.stdout.split(f"appended to {registry}:\n", 1)[1]
@@ -462,18 +443,18 @@ def test_a_feed_moved_permanently_is_added_where_it_lives_now(site, registry):
     site_.put("/new.rss", rss("Moved"))
     site_.put("/old.rss", "", status=301, headers={"Location": "/new.rss"})
     site_.put("/cdn.rss", "", status=302, headers={"Location": "/new.rss"})
-    result = vesti(registry, "add", server.url("/old.rss"))
+    result = run_sources(registry, "add", server.url("/old.rss"))
     assert result.returncode == 0, result.stderr
     assert parse_sources(registry.read_text(encoding="utf-8"))[-1].feed_url == server.url(
         "/new.rss"
     )
     # A temporary redirect keeps the URL given: and that is the feed already added.
-    result = vesti(registry, "add", server.url("/cdn.rss"), "--dry-run")
+    result = run_sources(registry, "add", server.url("/cdn.rss"), "--dry-run")
     assert f"  feed_url: {server.url('/cdn.rss')}\n" in result.stdout
 
 
 def test_urls_that_are_not_http_are_refused(registry):
-    result = vesti(registry, "add", "ftp://example.org/feed")
+    result = run_sources(registry, "add", "ftp://example.org/feed")
     assert result.returncode == 1
     assert "error: 'ftp://example.org/feed' is not an http(s) URL" in result.stderr
 
