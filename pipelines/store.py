@@ -6,14 +6,17 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from scrapy.exceptions import DropItem, NotConfigured
 
-from vesti_scrapy import polling
+from vesti_scrapy import alerts, polling
+from vesti_scrapy.extensions.alerts import Alerts
 from vesti_scrapy.extensions.database import CrawlDatabase
 from vesti_scrapy.items import FeedResult, ImportOutcome, PostItem
 from vesti_scrapy.storage import StorageError
@@ -49,6 +52,8 @@ class Written:
     inserted: int  # posts
     stored_before: int  # posts found stored already
     imports: Counter[str]  # imported items' states recorded, by state
+    # Sources turned dead or recovered (for the alerts, once committed).
+    transitions: list[alerts.Transition] = field(default_factory=list)
 
 
 class StorePipeline:
@@ -65,6 +70,10 @@ class StorePipeline:
 
     Connection failures are kept to the end: when every feed of the crawl failed to
     connect, our own network was down, and they count against no feed.
+
+    What deserves an alert is handed to the :class:`Alerts` extension when it is on, once
+    committed: sources turned dead or recovered, and the network down for a whole crawl
+    (remembered in this host's notice, whether alerts are on or not).
     """
 
     # Batches written or waiting: process_item waits beyond this (bounded memory).
@@ -76,6 +85,7 @@ class StorePipeline:
         self.batch_size = batch_size
         self.dead_after = dead_after
         self.database: CrawlDatabase | None = None
+        self.alerts: Alerts | None = None
         self.batch = Batch()
         self.writes: deque[asyncio.Future[Written]] = deque()
         self.unreachable: list[FeedResult] = []
@@ -99,6 +109,7 @@ class StorePipeline:
 
     def open_spider(self) -> None:
         self.database = self.crawler.get_extension(CrawlDatabase)
+        self.alerts = self.crawler.get_extension(Alerts)
 
     async def process_item(self, item: Any) -> Any:
         assert self.database is not None
@@ -121,6 +132,7 @@ class StorePipeline:
 
     async def close_spider(self) -> None:
         assert self.database is not None
+        down = False
         if self.database.failure is None:
             down = bool(self.unreachable) and polling.network_down(
                 self.unreachable, self.reached_any
@@ -140,6 +152,24 @@ class StorePipeline:
             # A failure is logged by CrawlDatabase; those pages are fetched again next time.
             with contextlib.suppress(StorageError):
                 await self.database.run(_add_fetched_if_stored, leftover)
+        if self.database.failure is None:
+            await self._note_network(down)
+
+    async def _note_network(self, down: bool) -> None:
+        """Remember whether this host's network looked down, and alert when it began to:
+        one alert however many crawls it lasts."""
+        active = alerts.network_notice(down, self.reached_any)
+        if active is None:
+            return
+        assert self.database is not None
+        name = alerts.network_notice_name(socket.gethostname())
+        with contextlib.suppress(StorageError):  # logged by CrawlDatabase
+            changed = await self.database.run(
+                lambda storage: storage.health.set_notice(name, active)
+            )
+            if changed and active and self.alerts is not None:
+                hosts = {urlsplit(result.url).hostname or "" for result in self.unreachable}
+                self.alerts.network_down(len(self.unreachable), sorted(hosts))
 
     def _flush(self) -> None:
         """Hand what is buffered to the database thread, as one transaction."""
@@ -179,17 +209,20 @@ class StorePipeline:
             )
             self.committed_new.update(new)
             self.committed_known.update(known)
-            self._record_results(storage, batch.results)
-        return Written(sum(new.values()), sum(known.values()), recorded)
+            transitions = self._record_results(storage, batch.results)
+        return Written(sum(new.values()), sum(known.values()), recorded, transitions)
 
-    def _record_results(self, storage: Storage, results: list[FeedResult]) -> None:
+    def _record_results(
+        self, storage: Storage, results: list[FeedResult]
+    ) -> list[alerts.Transition]:
         for result in results:
             result.new = self.committed_new.pop(result.source, 0)
             result.known += self.committed_known.pop(result.source, 0)
-        record_results(storage, results, dead_after=self.dead_after)
+        transitions = record_results(storage, results, dead_after=self.dead_after)
         if self.database is not None:
             # Polled to the end and stored: the feed is free for the next crawl to poll.
             storage.feed_leases.release([r.source for r in results], self.database.holder)
+        return transitions
 
     def _written(self, write: asyncio.Future[Written]) -> None:
         self.writes.remove(write)
@@ -200,6 +233,8 @@ class StorePipeline:
             self.stats.inc_value("store/posts_stored_before", written.stored_before)
             for state, count in written.imports.items():
                 self.stats.inc_value(f"imports/{state}", count)
+            if written.transitions and self.alerts is not None:
+                self.alerts.sources_changed(written.transitions)
             return
         if isinstance(exc, StorageError):
             return  # it has stopped the crawl already (CrawlDatabase.run)
@@ -208,22 +243,29 @@ class StorePipeline:
         self.database.fail(StorageError(f"writing a batch failed: {exc!r}"))
 
 
-def record_results(storage: Storage, results: list[FeedResult], *, dead_after: int) -> None:
+def record_results(
+    storage: Storage, results: list[FeedResult], *, dead_after: int
+) -> list[alerts.Transition]:
     """Feeds' results, in the caller's transaction: each feed's run, and its new state as
-    polling policy decides it."""
+    polling policy decides it. Returns the sources this turned dead or brought back."""
     if not results:
-        return
+        return []
     now = datetime.now(UTC).replace(microsecond=0)
     states = storage.sources.states(result.source for result in results)
     runs = []
+    changed: list[tuple[str, str, polling.FeedState]] = []
     for result in results:
-        states[result.source] = polling.apply_result(
-            states[result.source],
+        before = states[result.source]
+        after = states[result.source] = polling.apply_result(
+            before,
             result,
             interval=polling.interval_seconds(result.priority),
             dead_after=dead_after,
             now=now,
         )
+        kind = alerts.transition(before, after)
+        if kind is not None:
+            changed.append((result.source, kind, after))
         runs.append(
             RunRecord(
                 source=result.source,
@@ -247,6 +289,20 @@ def record_results(storage: Storage, results: list[FeedResult], *, dead_after: i
             for result in results
             if result.status == "ok" and result.channel and result.last_post_id is not None
         }
+    )
+    return [_transition(storage, slug, kind, state) for slug, kind, state in changed]
+
+
+def _transition(
+    storage: Storage, slug: str, kind: str, state: polling.FeedState
+) -> alerts.Transition:
+    source = storage.sources.find(slug)
+    return alerts.Transition(
+        slug=slug,
+        name=source["name"] if source else slug,
+        kind=kind,
+        errors=state.error_count,
+        error=state.last_error,
     )
 
 

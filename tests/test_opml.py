@@ -258,7 +258,7 @@ def test_the_dashboard_imports_an_uploaded_opml_file(registry, dashboard):
     )
     # Listed at once: the database was synced with the registry.
     assert (
-        '<td data-label="Slug" class="slug"><code>simon-willisons-weblog</code></td>' in done.text
+        '<a href="/sources/simon-willisons-weblog"><code>simon-willisons-weblog</code></a>' in done.text
     )
     assert len(parse_sources(registry.read_text(encoding="utf-8"))) == 6
 

@@ -501,7 +501,7 @@ def test_the_dashboard_finds_the_feeds_and_adds_the_one_chosen(blog, registry, d
     )
     assert added.status_code == 200 and added.url.path == "/crawlers"
     assert "Added “Example Comments” as example-comments (linux, P2)" in added.text
-    assert '<td data-label="Slug" class="slug"><code>example-comments</code></td>' in added.text
+    assert '<a href="/sources/example-comments"><code>example-comments</code></a>' in added.text
     assert registry.read_bytes().startswith(before)
     new = parse_sources(registry.read_text(encoding="utf-8"))[-1]
     assert (new.slug, new.feed_url, new.direction, new.priority, new.lang) == (

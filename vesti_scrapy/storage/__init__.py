@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from vesti_scrapy.storage.crawls import Crawls
 from vesti_scrapy.storage.errors import StorageError
 from vesti_scrapy.storage.feed_leases import FeedLeases
+from vesti_scrapy.storage.health import Health
 from vesti_scrapy.storage.imports import ImportJobs
 from vesti_scrapy.storage.maintenance import Maintenance
 from vesti_scrapy.storage.migrations.sqlite import SCHEMA_VERSION
@@ -59,6 +60,7 @@ class Storage:
         self.crawls = Crawls(db)
         self.feed_leases = FeedLeases(db)
         self.maintenance = Maintenance(db)
+        self.health = Health(db)
 
     @property
     def location(self) -> str:

@@ -39,6 +39,9 @@ CSRF_COOKIE = "vesti_csrf"
 SESSION_SECONDS = 30 * 24 * 3600
 # Paths served without logging in.
 PUBLIC_PATHS = ("/login", "/static/")
+# Paths read by programs (a Prometheus scraper), never by a browser: without the token
+# they answer 401, not the login form.
+MACHINE_PATHS = ("/metrics",)
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
@@ -236,7 +239,7 @@ class GuardMiddleware(BaseHTTPMiddleware):
 
 def _unauthorized(request: Request) -> Response:
     """Scripts and forms are told to authenticate; a browser's page view goes to the form."""
-    if wants_json(request) or request.method != "GET":
+    if wants_json(request) or request.method != "GET" or request.url.path in MACHINE_PATHS:
         return JSONResponse(
             {"error": "unauthorized", "detail": f"send the {TOKEN_ENV} token"},
             status_code=401,
