@@ -28,6 +28,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 
 from vesti_scrapy.storage import Storage, StorageError, open_storage
+from vesti_scrapy.storage.maintenance import MAX_RETENTION_DAYS, retention_cutoff
 from vesti_scrapy.storage.queue import new_holder
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+# The crawls that end with retention (VESTI_RETENTION_DAYS): those over the registry.
+RETENTION_SPIDERS = ("feeds", "telegram")
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -120,15 +123,57 @@ class CrawlDatabase:
         if storage is not None:
             loop = asyncio.get_running_loop()
             try:
-                if self.crawl_id is not None:
-                    await loop.run_in_executor(
-                        self._thread, _finish, storage, self.crawl_id, self.holder, reason
-                    )
-            except StorageError as exc:
-                logger.warning("Could not record the end of the crawl: %s", exc)
+                try:
+                    if self.crawl_id is not None:
+                        await loop.run_in_executor(
+                            self._thread, _finish, storage, self.crawl_id, self.holder, reason
+                        )
+                except StorageError as exc:
+                    logger.warning("Could not record the end of the crawl: %s", exc)
+                # After the leases are given back: the next crawl need not wait for it.
+                if spider.name in RETENTION_SPIDERS and self.failure is None:
+                    await self._apply_retention(storage)
             finally:
                 await loop.run_in_executor(self._thread, storage.close)
         self._thread.shutdown(wait=False)
+
+    async def _apply_retention(self, storage: Storage) -> None:
+        """Delete the posts older than VESTI_RETENTION_DAYS, if it is set. Never fails
+        the crawl: what is not pruned now is pruned at the end of the next one."""
+        value = str(self.crawler.settings.get("VESTI_RETENTION_DAYS") or "").strip()
+        if not value:
+            return
+        try:
+            cutoff = retention_cutoff(int(value))
+        except ValueError:
+            logger.error(
+                "VESTI_RETENTION_DAYS=%r is not a whole number of days from 1 to %d: "
+                "nothing was pruned (leave it empty to keep every post)",
+                value,
+                MAX_RETENTION_DAYS,
+            )
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(self._thread, storage.maintenance.prune, cutoff)
+        except Exception as exc:
+            logger.warning(
+                "Retention: pruning the posts fetched before %s failed, the next crawl "
+                "tries again: %s",
+                cutoff,
+                exc,
+                exc_info=not isinstance(exc, StorageError),
+            )
+            return
+        self.crawler.stats.set_value("retention/pruned", result.count)
+        logger.info(
+            "Retention (VESTI_RETENTION_DAYS=%s): deleted %d post(s) fetched before %s; "
+            "`python -m vesti_scrapy db prune --older-than %s` gives their disk space back",
+            value,
+            result.count,
+            cutoff,
+            value,
+        )
 
 
 def _finish(storage: Storage, crawl_id: int, holder: str, reason: str) -> None:

@@ -3,7 +3,9 @@ already fetched (scrapy-deltafetch's index, kept beside the posts it stands for)
 
 A post is stored once: its canonical URL is unique, and so is the hash of a text long
 enough to identify an article (``substantive``). Inserts skip what those unique indexes
-already hold, so two crawls at once cannot store the same post twice either.
+already hold, so two crawls at once cannot store the same post twice either; and what
+retention deleted (``pruned_posts``, by the same two keys), so that a pruned post never
+comes back as new while its feed still lists it.
 """
 
 from __future__ import annotations
@@ -23,11 +25,21 @@ POST_COLUMNS = (
     "source_id", "url", "canonical_url", "title", "text", "sha256", "substantive",
     "author", "published_at", "fetched_at", "lang", "direction", "content_type", "extra",
 )  # fmt: skip
+# The plain insert, without retention's memory: bench/floor.py's baseline.
 INSERT = (
     f"INSERT INTO posts ({', '.join(POST_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in POST_COLUMNS)}) ON CONFLICT DO NOTHING"
 )
-INSERT_RETURNING_ID = INSERT + " RETURNING id"
+# One statement per post, whatever the backend: the two probes of pruned_posts are index
+# seeks in the same round trip as the insert. The hash is looked up only for a substantive
+# text (a NULL hash matches nothing), as pruned_posts keeps only those.
+INSERT_RETURNING_ID = (
+    f"INSERT INTO posts ({', '.join(POST_COLUMNS)}) "
+    f"SELECT {', '.join('?' for _ in POST_COLUMNS)} "
+    "WHERE NOT EXISTS (SELECT 1 FROM pruned_posts WHERE canonical_url = ?) "
+    "AND NOT EXISTS (SELECT 1 FROM pruned_posts WHERE sha256 = ?) "
+    "ON CONFLICT DO NOTHING RETURNING id"
+)
 STATUS_OF = {value: name for name, value in QUEUE_STATUS.items()}
 
 # Search snippet markers: control characters that feeds cannot smuggle through as markup,
@@ -83,7 +95,8 @@ class Posts:
     # --- storing -------------------------------------------------------------------------
     def insert(self, posts: Sequence[NewPost], source_ids: dict[str, int]) -> list[int | None]:
         """Insert each post unless one with its canonical URL (or substantive text) is
-        stored already; returns each post's new id, None where it was skipped."""
+        stored already, or was pruned; returns each post's new id, None where it was
+        skipped."""
         ids: list[int | None] = []
         with self.db.transaction():
             for post in posts:
@@ -94,6 +107,7 @@ class Posts:
                         post.text, post.sha256, int(post.substantive), post.author,
                         post.published_at, post.fetched_at, post.lang, post.direction,
                         post.content_type, post.extra,
+                        post.canonical_url, post.sha256 if post.substantive else None,
                     ),
                 )  # fmt: skip
                 row = cursor.fetchone()

@@ -349,3 +349,27 @@ class DatabaseStats:
     posts_by_source: list[tuple[str, int]]
     posts_by_direction: list[tuple[str, int]]
     posts_by_day: list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What a prune deleted (in a dry run: would delete): the posts fetched before
+    ``older_than``, how many, and when the oldest and the newest of them were fetched."""
+
+    older_than: str
+    count: int
+    oldest: str | None
+    newest: str | None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """The database's size before and after giving the space of deleted rows back."""
+
+    before_bytes: int
+    after_bytes: int
+
+    @property
+    def freed_bytes(self) -> int:
+        return self.before_bytes - self.after_bytes
