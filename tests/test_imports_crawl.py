@@ -470,3 +470,24 @@ def test_spawn_crawl_runs_in_the_background(
     assert project.job(job_id).status == "done"
     (log,) = (project.db.parent / "logs").glob("urls-*.log")
     assert f"Import job {job_id}: done, 1/1 done" in log.read_text()
+
+
+def test_a_url_whose_post_was_pruned_is_a_duplicate_and_not_stored_again(
+    site: tuple[Site, SiteServer], project: Imports
+) -> None:
+    site_, server = site
+    site_.put("/a/1.html", article(1))
+    first, _ = project.create_job(server.url("/a/1.html"))
+    project.run()
+    assert [state for _, state, _, _ in project.items(first)] == ["saved"]
+    with project.open() as storage:
+        storage.db.execute("UPDATE posts SET fetched_at = '2020-01-01T00:00:00Z'")
+        assert storage.maintenance.prune("2021-01-01T00:00:00Z").count == 1
+
+    again, _ = project.create_job(server.url("/a/1.html"))
+    project.run()
+    ((_, state, post_id, warning),) = project.items(again)
+    assert (state, post_id) == ("duplicate", None)
+    assert warning == "stored before and pruned since (retention): not stored again"
+    assert project.count("SELECT count(*) FROM posts") == 0
+    assert_counters_exact(project.db)

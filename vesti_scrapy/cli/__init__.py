@@ -1,7 +1,8 @@
 """`python -m vesti_scrapy` (also `vesti`): the command line, one module per area.
 
-    sources check | status            the registry and each feed's state   sources.py
-    db check | backup | stats         the database                         db.py
+    sources check | status | add      the registry and each feed's state;  sources.py
+      | import-opml | export-opml     adding sources, OPML in and out
+    db check | backup | stats | prune the database                         db.py
     extract FILE_OR_URL...            the article text a crawl stores      extract.py
     demo                              the sample feeds, crawled offline    demo.py
     import FILE, jobs ...             bulk URL import jobs                 jobs.py
@@ -9,7 +10,7 @@
     schedule                          a due crawl every minute             schedule.py
     web                               the dashboard                        web.py
 
-Crawling itself is `scrapy crawl feeds`; these commands share its code paths. A command
+Crawling itself is `scrapy crawl feeds` (and `telegram`); these commands share its code paths. A command
 that uses the database takes ``--db FILE`` (on its group, as in ``jobs --db FILE list``,
 or on itself); the default is the ``VESTI_DB`` setting. A database, registry or import
 job that cannot be used ends the command with one ``error: ...`` line and status 1.

@@ -375,14 +375,19 @@ class ImportJobs(Leases):
 
     def _record(self, outcome: ItemOutcome) -> str | None:
         state, error, post_id = outcome.state, outcome.error, outcome.post_id
+        warning = outcome.warning
         if state in ("saved", "consent-wall", "duplicate") and post_id is None:
             # Not inserted here: stored before, by another crawl meanwhile, or earlier in
-            # this crawl (then it was committed with or before this transaction).
+            # this crawl (then it was committed with or before this transaction); or
+            # stored long ago and pruned since, which the insert skips too.
             post_id = self._post_for(outcome.canonical_url, outcome.sha256)
-            if post_id is None:
-                state, error = "error", error or "the article could not be stored"
-            else:
+            if post_id is not None:
                 state = "duplicate"
+            elif self._was_pruned(outcome.canonical_url, outcome.sha256):
+                state = "duplicate"
+                warning = "stored before and pruned since (retention): not stored again"
+            else:
+                state, error = "error", error or "the article could not be stored"
         row = self.db.one(
             """UPDATE import_items
                SET state = ?, post_id = ?, warning = ?, error = ?, attempts = ?,
@@ -391,7 +396,7 @@ class ImportJobs(Leases):
                      AND job_id IN (SELECT id FROM import_jobs WHERE leased_by = ?)
                RETURNING job_id""",
             (
-                state, post_id, outcome.warning, error, outcome.attempts, utcnow(),
+                state, post_id, warning, error, outcome.attempts, utcnow(),
                 outcome.item_id, outcome.worker,
             ),
         )  # fmt: skip
@@ -405,6 +410,15 @@ class ImportJobs(Leases):
             "SELECT id FROM posts WHERE canonical_url = ? "
             "UNION ALL SELECT id FROM posts WHERE sha256 = ? AND substantive = 1 LIMIT 1",
             (canonical_url, sha256),
+        )
+
+    def _was_pruned(self, canonical_url: str, sha256: str | None) -> bool:
+        return bool(
+            self.db.scalar(
+                "SELECT 1 FROM pruned_posts WHERE canonical_url = ? "
+                "UNION ALL SELECT 1 FROM pruned_posts WHERE sha256 = ? LIMIT 1",
+                (canonical_url, sha256),
+            )
         )
 
     def _finish_if_complete(self, job_id: int) -> None:
