@@ -257,9 +257,8 @@ def test_the_dashboard_imports_an_uploaded_opml_file(registry, dashboard):
         in done.text
     )
     # Listed at once: the database was synced with the registry.
-    assert (
-        '<a href="/sources/simon-willisons-weblog"><code>simon-willisons-weblog</code></a>' in done.text
-    )
+    slug = "simon-willisons-weblog"
+    assert f'<a href="/sources/{slug}"><code>{slug}</code></a>' in done.text
     assert len(parse_sources(registry.read_text(encoding="utf-8"))) == 6
 
     before = registry.read_bytes()

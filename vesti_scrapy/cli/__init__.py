@@ -10,10 +10,11 @@
     schedule                          a due crawl every minute             schedule.py
     web                               the dashboard                        web.py
 
-Crawling itself is `scrapy crawl feeds` (and `telegram`); these commands share its code paths. A command
-that uses the database takes ``--db FILE`` (on its group, as in ``jobs --db FILE list``,
-or on itself); the default is the ``VESTI_DB`` setting. A database, registry or import
-job that cannot be used ends the command with one ``error: ...`` line and status 1.
+Crawling itself is `scrapy crawl feeds` (and `telegram`); these commands share its code
+paths. A command that uses the database takes ``--db FILE`` (on its group, as in
+``jobs --db FILE list``, or on itself); the default is the ``VESTI_DB`` setting. A
+database, registry or import job that cannot be used ends the command with one
+``error: ...`` line and status 1.
 """
 
 from __future__ import annotations
