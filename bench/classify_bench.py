@@ -35,7 +35,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from vesti_scrapy.processing import worker  # noqa: E402
-from vesti_scrapy.processing.classify import Classifier, KeywordClassifier  # noqa: E402
+from vesti_scrapy.processing.classify import Classifier  # noqa: E402
+from vesti_scrapy.processing.keywords import KeywordClassifier  # noqa: E402
 from vesti_scrapy.storage import open_storage  # noqa: E402
 from vesti_scrapy.timefmt import utcnow  # noqa: E402
 

@@ -13,16 +13,15 @@ import pytest
 import yaml
 from fake_ollama import FakeOllama
 
-from vesti_scrapy.processing.classify import (
-    Classifier,
+from vesti_scrapy.processing.classify import Classifier
+from vesti_scrapy.processing.keywords import (
     KeywordClassifier,
     KeywordError,
     KeywordModel,
-    Ollama,
     default_keywords,
-    parse_verdict,
-    summarize,
 )
+from vesti_scrapy.processing.ollama import Ollama, parse_verdict
+from vesti_scrapy.processing.results import summarize
 from vesti_scrapy.registry import DIRECTIONS
 
 

@@ -22,7 +22,8 @@ from conftest import REPO
 from fake_ollama import FakeOllama
 
 from vesti_scrapy.processing import worker
-from vesti_scrapy.processing.classify import Classification, Classifier
+from vesti_scrapy.processing.classify import Classifier
+from vesti_scrapy.processing.results import Classification
 from vesti_scrapy.storage import SCHEMA_VERSION, open_storage
 from vesti_scrapy.storage.migrations.sqlite import MIGRATIONS
 from vesti_scrapy.storage.queue import CLAIM_SQL, NEXT_OWN_PENDING, NEXT_PENDING

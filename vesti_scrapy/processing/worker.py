@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vesti_scrapy.processing.classify import Classification, Classifier
+from vesti_scrapy.processing.classify import Classifier
+from vesti_scrapy.processing.results import Classification
 from vesti_scrapy.storage import Storage, StorageError, open_storage
 from vesti_scrapy.storage.queue import new_holder
 from vesti_scrapy.storage.records import QueuedPost
