@@ -21,6 +21,8 @@ from conftest import REPO, Project, source_entry
 from vesti_scrapy.storage import open_storage
 
 DURATION = 20.0
+# Entries in each feed: a few times DURATION's worth at the publisher's pace (4 a second).
+FEED_ENTRIES = 300
 DIRECTIONS = ("linux", "tech")
 
 # The classification worker runs as a service (--loop) for the test's duration, claiming
@@ -57,7 +59,10 @@ class Publisher(threading.Thread):
                 f"<item><title>{direction} {n}</title>"
                 f"<link>{url}?utm_source=rss</link>{body}</item>",
             )
-            del self.items[direction][30:]  # a feed shows its 30 newest entries
+            # A feed shows its newest entries, more of them than the test publishes: an
+            # entry that leaves the feed before any crawl saw it (a loaded machine can
+            # run crawls seconds apart) is gone by the publisher's choice, not lost.
+            del self.items[direction][FEED_ENTRIES:]
             self.site.put(
                 f"/{direction}.rss",
                 f'<rss version="2.0"><channel><title>{direction}</title>'
