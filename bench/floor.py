@@ -235,6 +235,7 @@ class Floor:
             "lang": "en",
             "direction": direction,
             "content_type": content_type,
+            "extra": None,
         }
         return [values[c] for c in POST_COLUMNS]
 

@@ -737,6 +737,7 @@ def _archived_post(i: int) -> dict[str, Any]:
         "lang": "en",
         "direction": DIRECTIONS[i % len(DIRECTIONS)],
         "content_type": "text",
+        "extra": None,
     }
 
 
