@@ -15,9 +15,11 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 install: $(STAMP)
 
-# Crawl every enabled source of sources.yaml into data/vesti.db.
+# Crawl every enabled source of sources.yaml into data/vesti.db: the feeds, then the
+# Telegram channels (none is enabled in the shipped registry).
 crawl: $(STAMP)
 	$(BIN)/scrapy crawl feeds
+	$(BIN)/scrapy crawl telegram
 
 # The whole test suite (it starts its own servers on 127.0.0.1; no internet needed).
 test: $(STAMP)
