@@ -50,6 +50,9 @@ if TYPE_CHECKING:
     from vesti_scrapy.storage.records import SourceRow
 
 logger = logging.getLogger(__name__)
+# The meta key of a channel's ChannelCrawl (`scrapy parse` of a page has none: a backfill).
+CRAWL_KEY = "vesti_channel"
+OWN_META = ("vesti_feed", "vesti_started_at")
 
 
 @dataclass
@@ -74,7 +77,6 @@ class TelegramSpider(RegistrySpider):
         self.base_url = ""  # VESTI_TELEGRAM_URL, read in from_crawler
         self.backfill = 0
         self.max_pages = 0
-        self._channels: dict[str, ChannelCrawl] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
@@ -90,10 +92,10 @@ class TelegramSpider(RegistrySpider):
 
     def first_request(self, source: Source, url: str, row: SourceRow | None) -> Request:
         assert source.channel is not None  # poll_url gave a URL
-        self._channels[source.slug] = ChannelCrawl(
-            source.channel, row.last_post_id if row is not None else None
-        )
-        return self._page_request(source, url, self.source_meta(source))
+        # How far the crawl has read rides on the channel's page requests, from one to
+        # the next older.
+        crawl = ChannelCrawl(source.channel, row.last_post_id if row is not None else None)
+        return self._page_request(source, url, {**self.source_meta(source), CRAWL_KEY: crawl})
 
     def _page_request(self, source: Source, url: str, meta: dict[str, Any]) -> Request:
         return Request(
@@ -119,7 +121,7 @@ class TelegramSpider(RegistrySpider):
         source = self.source_for(response)
         slug = source.slug
         progress = self._progress.get(slug) or self.begin(source, response.request)
-        crawl = self._channels.setdefault(slug, ChannelCrawl(source.channel or "", None))
+        crawl = response.meta.get(CRAWL_KEY) or ChannelCrawl(source.channel or "", None)
         crawl.pages += 1
         pool = self.crawler.get_extension(CpuPool)
         try:
@@ -162,12 +164,13 @@ class TelegramSpider(RegistrySpider):
                 yield request
         if self._reads_on(crawl, page, wanted):
             older = channel_url(self.base_url, crawl.channel, page.before)
-            yield self._page_request(source, older, response.meta)
+            # Ours only: Scrapy's own keys (redirects, retries) belong to one request.
+            meta = {key: response.meta[key] for key in OWN_META if key in response.meta}
+            yield self._page_request(source, older, {**meta, CRAWL_KEY: crawl})
             return
         progress.result.fetched = crawl.read
         progress.result.channel = crawl.channel
         progress.result.last_post_id = max(crawl.newest or 0, crawl.stored_up_to or 0) or None
-        self._channels.pop(slug, None)
         done = self.seal(slug)
         if done is not None:
             yield done

@@ -12,13 +12,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from vesti_scrapy.storage.records import JOB_STATUSES
+from vesti_scrapy.storage.sources import SOURCE_STATUS
 from vesti_scrapy.timefmt import utcnow
 
 if TYPE_CHECKING:
     from vesti_scrapy.storage.backend import Database
 
-# A source's status as the dashboard shows it: a disabled one is "off" whatever its feed did.
-_STATUS = "CASE WHEN s.enabled = 0 THEN 'off' ELSE COALESCE(st.status, 'new') END"
 # The end of the source's newest successful run: one backward seek in runs_source.
 _LAST_SUCCESS = """(SELECT r.finished_at FROM runs r
                     WHERE r.source_id = s.id AND r.status IN ('ok', 'not_modified')
@@ -34,7 +33,8 @@ class Health:
         """Every source, by slug: ``status`` (new, alive, dead; off when disabled),
         ``error_count``, ``last_success_at`` (None if never), ``posts``."""
         rows = self.db.all(
-            f"""SELECT s.slug, {_STATUS} AS status, COALESCE(st.error_count, 0) AS error_count,
+            f"""SELECT s.slug, {SOURCE_STATUS} AS status,
+                       COALESCE(st.error_count, 0) AS error_count,
                        {_LAST_SUCCESS} AS last_success_at, COALESCE(pc.posts, 0) AS posts
                 FROM sources s
                 LEFT JOIN rss_state st ON st.slug = s.slug
@@ -50,7 +50,7 @@ class Health:
         row = self.db.one(
             f"""SELECT s.id, s.slug, s.name, s.url, s.feed_url, s.channel, s.crawler,
                        s.direction, s.lang, s.priority, s.enabled = 1 AS enabled,
-                       {_STATUS} AS status, COALESCE(st.error_count, 0) AS error_count,
+                       {SOURCE_STATUS} AS status, COALESCE(st.error_count, 0) AS error_count,
                        st.last_error, st.last_fetch_at, st.next_due_at,
                        st.effective_feed_url, tg.last_post_id, s.options,
                        {_LAST_SUCCESS} AS last_success_at,

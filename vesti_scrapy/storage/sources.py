@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from vesti_scrapy.storage.backend import Database
 
 STATE_COLUMNS = tuple(f.name for f in fields(FeedState))
+# A source's status as the dashboard shows it: a disabled one is "off" whatever its feed did.
+SOURCE_STATUS = "CASE WHEN s.enabled = 0 THEN 'off' ELSE COALESCE(st.status, 'new') END"
 # Sortable columns of the dashboard's sources table: name -> SQL expression.
 LISTING_ORDER = {
     "slug": "s.slug",
@@ -232,8 +234,7 @@ class Sources:
         rows = self.db.all(
             f"""SELECT s.id, s.slug, s.name, s.crawler, s.direction, s.priority,
                        s.enabled = 1 AS enabled, s.url, s.feed_url,
-                       CASE WHEN s.enabled = 0 THEN 'off'
-                            ELSE COALESCE(st.status, 'new') END AS status,
+                       {SOURCE_STATUS} AS status,
                        st.last_fetch_at, st.next_due_at, st.last_error,
                        COALESCE(st.error_count, 0) AS error_count, st.effective_feed_url,
                        COALESCE(pc.posts, 0) AS posts
