@@ -365,6 +365,10 @@ class RegistrySpider(scrapy.Spider):
             describe_failure(failure),
         )
         self.crawler.stats.inc_value("articles/failed")
+        if not failure.check(HttpError):
+            # No answer at all (a timeout, a refused connection): the page is asked for
+            # again at the next fetch of the feed, as if the entry were new.
+            self._entry_unsettled(post)
         yield from self._article_done(post)
 
     def article_skipped(self, request: Request) -> FeedResult | None:
@@ -377,6 +381,12 @@ class RegistrySpider(scrapy.Spider):
             return None
         progress.result.known += 1  # the summary counts it with the duplicates
         return self._article_settled(post.source)
+
+    def _entry_unsettled(self, post: PostItem) -> None:
+        progress = self._progress.get(post.source)
+        digests = progress.result.entry_digests if progress is not None else None
+        if digests is not None and post.entry_digest in digests:
+            digests.remove(post.entry_digest)
 
     def _article_done(self, post: PostItem) -> Iterator[Any]:
         yield ensure_text(post)

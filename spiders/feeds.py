@@ -24,6 +24,7 @@ from spiders.base import ALREADY_REQUESTED, RegistrySpider, ensure_text
 from vesti_scrapy.extensions.cpu import CpuPool, JobLost
 from vesti_scrapy.feeds import Entry, FeedError, parse_feed
 from vesti_scrapy.items import FeedResult, PostItem
+from vesti_scrapy.middlewares import SEEN_ENTRIES
 from vesti_scrapy.responses import header, max_age, permanent_redirect
 from vesti_scrapy.text import text_sha256
 from vesti_scrapy.timefmt import utcnow
@@ -91,19 +92,34 @@ class FeedsSpider(RegistrySpider):
         result.last_build_date = feed.last_build_date
         result.ttl_seconds = feed.ttl * 60 if feed.ttl else None
         fetched_at = utcnow()
+        # The entries the feed's last successful fetch gave are stored already (the
+        # conditional middleware puts their digests in the request's meta; `scrapy parse`
+        # has none, and shows every entry).
+        seen = set(response.meta.get(SEEN_ENTRIES, "").split())
+        result.entry_digests = []
+        unchanged = 0
         for number, entry in enumerate(entries, 1):
+            if entry.digest in seen:
+                result.entry_digests.append(entry.digest)
+                unchanged += 1
+                continue
             try:
                 post = self._post(source, entry, fetched_at)
                 request = None if post is None else self._article_request(source, entry, post)
             except Exception as exc:  # one entry's fault never costs the rest of its feed
                 self.entry_failed(source.slug, f"entry {number}: {type(exc).__name__}: {exc}")
                 continue
+            # Tried again at the next fetch unless it was taken this time.
+            result.entry_digests.append(entry.digest)
             if post is None:
                 continue
             if request is None:
                 yield ensure_text(post)
             elif request is not ALREADY_REQUESTED:
                 yield request
+        if unchanged:
+            result.known += unchanged  # the summary counts them with the duplicates
+            self.crawler.stats.inc_value("feeds/entry_unchanged", unchanged)
         done = self.seal(source.slug)
         if done is not None:
             yield done
@@ -133,6 +149,7 @@ class FeedsSpider(RegistrySpider):
             published_at=entry.published_at,
             canonical_url=entry.canonical_url if url == entry.link else "",
             fingerprint=entry.fingerprint,
+            entry_digest=entry.digest,
         )
 
     def _article_request(

@@ -121,13 +121,14 @@ def test_second_crawl_is_conditional_and_third_stores_only_new_entries(site, any
     assert project.query("SELECT new FROM runs WHERE name = 'rss:linux-sample' ORDER BY id")[
         -1
     ] == (1,)
-    # Article pages already fetched are not fetched again (DeltaFetch), the one that
-    # answered 404 included; the entry with full content stored before goes through the
-    # pipelines and the database skips it. The summary counts all three as duplicates.
+    # The three entries the last fetch gave are not read again (their digests were
+    # stored with the feed's state): no article page is fetched again, the one that
+    # answered 404 included, and nothing reaches the pipelines but the new entry. The
+    # summary counts all three as duplicates.
     assert site_.hits("/articles/linux-6-19-rc1.html") == {200: 1}
     assert site_.hits("/articles/debian-i386.html") == {404: 1}
-    assert stat(third.stderr, "deltafetch/skipped") == 2
-    assert stat(third.stderr, "store/posts_stored_before") == 1
+    assert stat(third.stderr, "feeds/entry_unchanged") == 3
+    assert stat(third.stderr, "store/posts_stored_before") == 0
     assert re.search(r"linux-sample\s+ok\s+4\s+1\s+3\s", third.stderr)
     assert project.query("SELECT count(*) FROM posts") == [(5,)]  # nothing stored twice
 
@@ -165,7 +166,8 @@ def test_an_article_that_failed_to_download_is_tried_again_at_the_next_crawl(sit
         time.sleep(0.1)
     assert sum(site_.hits("/slow.html").values()) == 2
     assert site_.hits("/gone.html") == {410: 1}
-    assert stat(second.stderr, "deltafetch/skipped") == 1
+    # The entry whose page answered (410) is the one the last fetch settled.
+    assert stat(second.stderr, "feeds/entry_unchanged") == 1
     assert project.query("SELECT count(*) FROM posts") == [(2,)]
 
 

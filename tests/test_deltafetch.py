@@ -62,12 +62,21 @@ def test_the_index_is_in_the_database_and_skips_pages_fetched_before(site, proje
     assert fetched_keys(project) == {f"{server.base_url}/{n}.html" for n in ARTICLES}
     assert not index_dir(project).exists()  # no file beside the database
 
-    # The feed changes (a new ETag): its entries are read again, their pages are not
-    # fetched, and the posts stay as the first crawl stored them.
-    site_.put("/feed.rss", site_.pages["/feed.rss"].body + b"<!-- changed -->")
+    # The feed changes: a new ETag, and both entries edited (new titles), so they are
+    # read again; their pages are not fetched, and the posts stay as first stored.
+    edited = site_.pages["/feed.rss"].body.replace(b"<title>Story", b"<title>Edited story")
+    site_.put("/feed.rss", edited)
     second = project.crawl()
     assert fetches(site_) == {"a": {200: 1}, "b": {200: 1}}
     assert stat(second.stderr, "deltafetch/skipped") == 2
+    assert stat(second.stderr, "feeds/entry_unchanged") == 0
+
+    # Changed only around its entries: the entries the last fetch gave are not read again.
+    site_.put("/feed.rss", edited + b"<!-- changed -->")
+    third = project.crawl()
+    assert stat(third.stderr, "feeds/entry_unchanged") == 2
+    assert stat(third.stderr, "deltafetch/skipped") == 0
+    assert fetches(site_) == {"a": {200: 1}, "b": {200: 1}}
     assert set(stored(project).values()) == {"article"}
     assert project.query("SELECT status, new FROM runs ORDER BY id DESC LIMIT 1") == [("ok", 0)]
 

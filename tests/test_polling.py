@@ -88,6 +88,18 @@ def test_not_modified_is_a_success_that_keeps_the_validators():
     )
 
 
+def test_a_success_replaces_the_entry_digests_and_nothing_else_touches_them():
+    state = after(FeedState(), ok(entry_digests=["a1", "b2"]))
+    assert state.entry_digests == "a1 b2"
+    assert after(state, ok(entry_digests=["c3"])).entry_digests == "c3"
+    # A 304, an error, and a result that did not read the feed keep them.
+    assert after(state, FeedResult("a", "not_modified", iso(NOW))).entry_digests == "a1 b2"
+    assert after(state, error()).entry_digests == "a1 b2"
+    assert after(state, ok()).entry_digests == "a1 b2"
+    # An empty feed has none.
+    assert after(state, ok(entry_digests=[])).entry_digests == ""
+
+
 def test_a_permanent_redirect_is_adopted_after_three_crawls_in_a_row():
     state = FeedState()
     for crawl in range(1, 4):

@@ -340,6 +340,16 @@ def test_ok_resets_errors_and_makes_the_feed_alive(storage: Storage):
     assert storage.sources.validators()["lwn"] == ('"v2"', "Tue, 02 Jan 2024 00:00:00 GMT")
 
 
+def test_entry_digests_are_stored_with_the_feeds_state_and_kept_by_a_304(storage: Storage):
+    crawl_writes(storage, results=[result("lwn", "ok", entry_digests=["a1", "b2"])])
+    assert storage.sources.entry_digests() == {"lwn": "a1 b2"}
+    crawl_writes(storage, results=[result("lwn", "not_modified", fetched=0)])
+    crawl_writes(storage, results=[result("lwn", "error", error="boom")])
+    assert storage.sources.entry_digests() == {"lwn": "a1 b2"}
+    crawl_writes(storage, results=[result("lwn", "ok", entry_digests=[])])  # an empty feed
+    assert storage.sources.entry_digests() == {}
+
+
 def test_not_modified_keeps_validators_counts_as_success_and_adds_a_run(storage: Storage):
     crawl_writes(storage, results=[result("lwn", "ok", etag='"e1"', modified="M1")])
     crawl_writes(storage, results=[result("lwn", "error", error="boom")])

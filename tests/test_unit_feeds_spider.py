@@ -24,6 +24,7 @@ import spiders.feeds
 from spiders.feeds import FeedsSpider
 from vesti_scrapy.feeds import parse_feed
 from vesti_scrapy.items import FeedResult, PostItem
+from vesti_scrapy.middlewares import SEEN_ENTRIES
 from vesti_scrapy.spidermiddlewares import CallbackErrorsMiddleware
 
 BASE = "http://news.example"
@@ -244,18 +245,23 @@ def test_an_article_callback_exception_keeps_its_entrys_summary(tmp_path, monkey
     )  # fmt: skip
 
 
-def test_an_entry_that_fails_alone_is_skipped_and_the_others_are_kept(
-    tmp_path, monkeypatch, caplog
-):
-    crawler = feeds_crawler(tmp_path, VESTI_SUMMARY_MIN_CHARS=0)
+def fail_on_debian(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Debian entry of linux.rss raises while it becomes a post."""
     read = spiders.feeds.FeedsSpider._post
 
-    def fail_on_debian(self: FeedsSpider, source: Any, entry: Any, fetched_at: str) -> Any:
+    def failing(self: FeedsSpider, source: Any, entry: Any, fetched_at: str) -> Any:
         if "Debian" in entry.title:
             raise KeyError("boom")
         return read(self, source, entry, fetched_at)
 
-    monkeypatch.setattr(FeedsSpider, "_post", fail_on_debian)
+    monkeypatch.setattr(FeedsSpider, "_post", failing)
+
+
+def test_an_entry_that_fails_alone_is_skipped_and_the_others_are_kept(
+    tmp_path, monkeypatch, caplog
+):
+    crawler = feeds_crawler(tmp_path, VESTI_SUMMARY_MIN_CHARS=0)
+    fail_on_debian(monkeypatch)
     caplog.set_level(logging.WARNING)
     outputs = collect(spider_of(crawler).parse_feed(feed_response(fixture_feed("linux.rss"))))
     titles = [o.title for o in outputs if isinstance(o, PostItem)]
@@ -289,6 +295,48 @@ def test_an_entry_the_parser_cannot_read_is_reported_and_the_others_kept(
     assert crawler.stats.get_value("feeds/entry_error") == 1
     url = f"{BASE}/articles/linux-6-19-rc1.html?utm_source=rss&utm_medium=feed"
     assert f"Feed linux: entry 2 ({url}): ValueError: All strings must be XML" in caplog.text
+
+
+# --- entries the last fetch gave ---------------------------------------------------------
+
+
+def test_entries_the_last_fetch_gave_are_not_posts_again(tmp_path):
+    """The conditional middleware puts the digests of the entries the feed's last
+    successful fetch gave in the request's meta: only the others become posts."""
+    crawler = feeds_crawler(tmp_path, VESTI_SUMMARY_MIN_CHARS=0)
+    spider = spider_of(crawler)
+    body = fixture_feed("linux.rss")
+    first = collect(spider.parse_feed(feed_response(body)))
+    result = first[-1]
+    assert isinstance(result, FeedResult) and result.entry_digests is not None
+    assert len(result.entry_digests) == len(set(result.entry_digests)) == 3
+    btrfs, rc1, debian = result.entry_digests
+
+    # The next fetch lists the same three entries, one of them edited.
+    edited = body.replace(b"Debian", b"Debian (updated)", 1)
+    response = feed_response(edited)
+    response.request.meta[SEEN_ENTRIES] = " ".join(result.entry_digests)
+    again = collect(spider.parse_feed(response))
+    [post] = [o for o in again if isinstance(o, PostItem)]
+    assert post.title.startswith("Debian (updated)")
+    result = again[-1]
+    assert (result.status, result.fetched, result.known) == ("ok", 3, 2)
+    assert result.entry_digests[:2] == [btrfs, rc1] and result.entry_digests[2] != debian
+    assert crawler.stats.get_value("feeds/entry_unchanged") == 2
+
+
+def test_an_entry_that_failed_is_tried_again_at_the_next_fetch(tmp_path, monkeypatch):
+    crawler = feeds_crawler(tmp_path, VESTI_SUMMARY_MIN_CHARS=0)
+    fail_on_debian(monkeypatch)
+    outputs = collect(spider_of(crawler).parse_feed(feed_response(fixture_feed("linux.rss"))))
+    assert len(outputs[-1].entry_digests) == 2  # not the one that failed
+
+
+def test_a_dry_run_shows_entries_the_last_fetch_gave(tmp_path):
+    """`scrapy parse` is a dry run: no conditional middleware, no digests, every entry."""
+    crawler = feeds_crawler(tmp_path, VESTI_SUMMARY_MIN_CHARS=0, VESTI_DRY_RUN=True)
+    outputs = collect(spider_of(crawler).parse_feed(feed_response(fixture_feed("linux.rss"))))
+    assert len([o for o in outputs if isinstance(o, PostItem)]) == 3
 
 
 # --- the golden feed of control characters ------------------------------------------------

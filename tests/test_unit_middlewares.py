@@ -18,6 +18,7 @@ from scrapy.spidermiddlewares.httperror import HttpError, HttpErrorMiddleware
 
 from vesti_scrapy.extensions.database import CrawlDatabase
 from vesti_scrapy.middlewares import (
+    SEEN_ENTRIES,
     ConditionalPolicy,
     ConditionalRequestMiddleware,
     PerHostLimitMiddleware,
@@ -35,6 +36,10 @@ REGISTRY = """\
 - slug: etag-only
   name: ETag only
   feed_url: https://e.example/rss
+  direction: linux
+- slug: no-validators
+  name: No validators
+  feed_url: https://n.example/rss
   direction: linux
 - slug: fresh
   name: Never polled
@@ -78,6 +83,7 @@ def test_validators_are_read_from_the_database_and_304_goes_through(tmp_path: Pa
                 {
                     "lwn": FeedState(etag='"v1"', modified=MODIFIED, status="alive"),
                     "etag-only": FeedState(etag='"e"', status="alive"),
+                    "no-validators": FeedState(status="alive", entry_digests="d1 d2"),
                 }
             )
     crawler = make_crawler(Probe, VESTI_DB=str(db))
@@ -101,6 +107,13 @@ def test_validators_are_read_from_the_database_and_304_goes_through(tmp_path: Pa
     middleware.process_request(only_etag)
     assert only_etag.headers[b"If-None-Match"] == b'"e"'
     assert b"If-Modified-Since" not in only_etag.headers
+
+    # A feed whose server sends no validators: its entries' digests still go along.
+    plain_feed = feed_request("no-validators", "https://n.example/rss")
+    middleware.process_request(plain_feed)
+    assert plain_feed.meta[SEEN_ENTRIES] == "d1 d2"
+    assert b"If-None-Match" not in plain_feed.headers
+    assert SEEN_ENTRIES not in request.meta  # none stored for lwn
 
     # A feed never polled, and an article page, are asked for unconditionally.
     for plain in (feed_request("fresh", "https://f.example/rss"), Request("https://lwn.net/a")):

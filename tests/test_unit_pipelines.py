@@ -183,7 +183,10 @@ def test_the_store_writes_posts_then_the_feeds_run_and_state(tmp_path: Path):
         storage.sources.sync(parse_sources(REGISTRY))
     steps = (NormalizeUrlPipeline(), TextHashPipeline(200))
     posts = [through(post(f"https://lwn.net/{n}", f"Text {n}"), *steps) for n in range(3)]
-    result = FeedResult("lwn", "ok", "2026-11-30T00:00:00Z", fetched=3, etag='"v"')
+    result = FeedResult(
+        "lwn", "ok", "2026-11-30T00:00:00Z", fetched=3, etag='"v"',
+        entry_digests=["d0", "d1", "d2"],
+    )  # fmt: skip
 
     crawler = store_crawl(db, [*posts, result], VESTI_WRITE_BATCH=2)
     assert result.new == 3
@@ -191,6 +194,7 @@ def test_the_store_writes_posts_then_the_feeds_run_and_state(tmp_path: Path):
     with open_storage(db) as storage:
         assert storage.posts.count() == 3
         assert storage.sources.validators() == {"lwn": ('"v"', None)}
+        assert storage.sources.entry_digests() == {"lwn": "d0 d1 d2"}
         [run] = storage.sources.runs_page(RunFilters()).items
         assert (run["status"], run["fetched"], run["new"]) == ("ok", 3, 3)
         assert storage.sources.states(["lwn"])["lwn"].status == "alive"
@@ -204,6 +208,7 @@ def test_the_store_writes_posts_then_the_feeds_run_and_state(tmp_path: Path):
     with open_storage(db) as storage:
         assert storage.posts.count() == 3
         assert storage.sources.validators() == {"lwn": ('"w"', None)}
+        assert storage.sources.entry_digests() == {"lwn": "d0 d1 d2"}  # none came
 
 
 def test_a_post_of_an_unknown_source_is_not_stored_and_the_rest_is(tmp_path: Path, caplog):

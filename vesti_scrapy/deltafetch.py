@@ -107,7 +107,11 @@ class ArticleDeltaFetch(DeltaFetch):
         ]
         if keys:
             await self.db.look_up(keys)
+        from_article = response.request is not None and "deltafetch_key" in response.request.meta
         for output in outputs:
+            if not _concerns_deltafetch(output, from_article):
+                yield output
+                continue
             kept = False
             for passed in self.process_spider_output(response, (output,), self.spider):
                 kept = True
@@ -120,3 +124,13 @@ class ArticleDeltaFetch(DeltaFetch):
                 ):
                     if given is not None and not isinstance(given, Failure):
                         yield given
+
+
+def _concerns_deltafetch(output: Any, from_article: bool) -> bool:
+    """Whether upstream's logic has anything to decide about this output: an article
+    request (skip it?), or an item an article page gave (store the page's key). A feed's
+    posts and results, and requests for a feed's further pages, pass untouched, and no
+    request fingerprint is computed for them."""
+    if isinstance(output, Request):
+        return "deltafetch_key" in output.meta
+    return from_article

@@ -11,6 +11,7 @@ process whose parsing runs in workers never imports them.
 from __future__ import annotations
 
 import calendar
+import hashlib
 import json
 import re
 import time
@@ -44,10 +45,19 @@ class Entry:
     # The link's canonical form (urls.normalize_url), and the text's fingerprint.
     canonical_url: str | None = field(init=False, default=None)
     fingerprint: Fingerprint = field(init=False)
+    # What the entry says, in 16 hex digits: the same entry in the next fetch of its
+    # feed has the same digest, one that changed (a new title, an edited text) another.
+    digest: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.canonical_url = normalize_url(self.link) if self.link else None
         self.fingerprint = fingerprint(self.text)
+        self.digest = entry_digest(self.link, self.entry_id, self.title, self.fingerprint)
+
+
+def entry_digest(link: str | None, entry_id: str | None, title: str, text: Fingerprint) -> str:
+    identity = "\x1f".join((link or "", entry_id or "", title, text.sha256))
+    return hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
 
 
 @dataclass

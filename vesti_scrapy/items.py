@@ -34,6 +34,8 @@ class PostItem:
     # What the post carries beyond its text (a Telegram message's views, forwarded-from,
     # media), stored as JSON.
     extra: dict[str, Any] | None = None
+    # The digest of the feed entry it came from (feeds.Entry.digest).
+    entry_digest: str | None = None
 
 
 @dataclass
@@ -91,6 +93,8 @@ class FeedResult:
     # False when the whole crawl failed to connect: our network, not the feed, was down.
     counted: bool = True
     crawler: str = "rss"  # the registry's crawler kind: rss | telegram
+    # The digests of the entries this fetch gave (None: the stored ones stay).
+    entry_digests: list[str] | None = None
     # A Telegram channel: its name, and the newest message id its stored posts reach.
     channel: str | None = None
     last_post_id: int | None = None

@@ -3,6 +3,12 @@
 Conditional requests follow Scrapy's HTTP cache: the hook (this middleware), the policy
 (:class:`ConditionalPolicy`: which requests, which headers) and the storage (each feed's
 validators, read from the crawl's database) are separate.
+
+A feed's validators come at two levels. The feed's own (ETag, Last-Modified) make the
+request conditional, and a 304 costs nothing. Its entries' digests (those its last
+successful fetch gave) ride along in the request's meta (:data:`SEEN_ENTRIES`): when the
+feed answers 200 all the same (it changed, or its server sends no validators), the spider
+turns only the entries whose digest is new into posts, and the rest cost nothing either.
 """
 
 from __future__ import annotations
@@ -25,6 +31,12 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request, Response
     from scrapy.statscollectors import StatsCollector
+
+    from vesti_scrapy.storage import Storage
+
+# Request meta: the digests of the entries the feed's last successful fetch gave,
+# space-separated (feeds.Entry.digest).
+SEEN_ENTRIES = "vesti_seen_entries"
 
 
 class ConditionalPolicy:
@@ -51,6 +63,7 @@ class ConditionalRequestMiddleware:
         self.stats = stats
         self.policy = ConditionalPolicy()
         self.validators: dict[str, tuple[str | None, str | None]] = {}
+        self.entry_digests: dict[str, str] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -65,11 +78,15 @@ class ConditionalRequestMiddleware:
         database = self.crawler.get_extension(CrawlDatabase)
         # On a failure the crawl is stopping: CrawlDatabase said why.
         with contextlib.suppress(StorageError):
-            self.validators = await database.run(lambda storage: storage.sources.validators())
+            self.validators, self.entry_digests = await database.run(_stored_validators)
 
     def process_request(self, request: Request) -> None:
         slug = self.policy.feed_of(request)
-        if slug is None or slug not in self.validators:
+        if slug is None:
+            return
+        if slug in self.entry_digests:
+            request.meta[SEEN_ENTRIES] = self.entry_digests[slug]
+        if slug not in self.validators:
             return
         headers = self.policy.headers(*self.validators[slug])
         if not headers:
@@ -85,6 +102,12 @@ class ConditionalRequestMiddleware:
         if response.status == 304 and self.policy.feed_of(request) is not None:
             self.stats.inc_value("conditional/not_modified")
         return response
+
+
+def _stored_validators(
+    storage: Storage,
+) -> tuple[dict[str, tuple[str | None, str | None]], dict[str, str]]:
+    return storage.sources.validators(), storage.sources.entry_digests()
 
 
 class PerHostLimitMiddleware:

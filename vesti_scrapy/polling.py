@@ -100,6 +100,8 @@ def apply_result(
             "last_build_date": result.last_build_date,
             "ttl_seconds": result.ttl_seconds,
         }
+        if result.entry_digests is not None:
+            validators["entry_digests"] = " ".join(result.entry_digests)
     return replace(
         state,
         **validators,

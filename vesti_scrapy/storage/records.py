@@ -31,6 +31,9 @@ class FeedState:
     effective_feed_url: str | None = None
     # The feed's <ttl>, in seconds: kept across 304s, which carry no feed.
     ttl_seconds: int | None = None
+    # The digests (feeds.Entry.digest) of the entries the last successful fetch gave,
+    # space-separated: the entry-level validators (see ConditionalRequestMiddleware).
+    entry_digests: str | None = None
 
 
 @dataclass(frozen=True)

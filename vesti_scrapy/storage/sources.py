@@ -117,6 +117,12 @@ class Sources:
         rows = self.db.all("SELECT slug, etag, modified FROM rss_state")
         return {slug: (etag, modified) for slug, etag, modified in rows}
 
+    def entry_digests(self) -> dict[str, str]:
+        """Each feed's stored entry digests (space-separated), by slug; feeds whose last
+        successful fetch is not recorded with them are absent."""
+        rows = self.db.all("SELECT slug, entry_digests FROM rss_state WHERE entry_digests <> ''")
+        return dict(rows)
+
     def states(self, slugs: Iterable[str]) -> dict[str, FeedState]:
         """The stored state of each of these feeds (a new feed's is the default)."""
         slugs = sorted(set(slugs))

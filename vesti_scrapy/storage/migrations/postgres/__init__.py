@@ -18,6 +18,7 @@ from vesti_scrapy.storage.migrations.postgres import (
     v009_host_leases,
     v010_telegram,
     v011_operations,
+    v012_entry_digests,
 )
 
 if TYPE_CHECKING:
@@ -35,5 +36,6 @@ MIGRATIONS: list[Callable[[psycopg.Connection], None]] = [
     v009_host_leases.up,
     v010_telegram.up,
     v011_operations.up,
+    v012_entry_digests.up,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -17,6 +17,7 @@ from vesti_scrapy.storage.migrations.sqlite import (
     v009_host_leases,
     v010_telegram,
     v011_operations,
+    v012_entry_digests,
 )
 
 MIGRATIONS: list[Callable[[Connection], None]] = [
@@ -31,5 +32,6 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     v009_host_leases.up,
     v010_telegram.up,
     v011_operations.up,
+    v012_entry_digests.up,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
