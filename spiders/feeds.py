@@ -68,9 +68,13 @@ class FeedsSpider(RegistrySpider):
             yield self._finish(source.slug)
             return
         content_type = response.headers.get(b"Content-Type", b"").decode("latin-1")
+        # The digests of the entries the feed's last successful fetch gave, whose posts
+        # are stored already (the conditional middleware puts them in the request's
+        # meta; `scrapy parse` has none, and shows every entry).
+        seen = frozenset(response.meta.get(SEEN_ENTRIES, "").split())
         pool = self.crawler.get_extension(CpuPool)
         try:
-            feed = await pool.run(parse_feed, response.body, response.url, content_type)
+            feed = await pool.run(parse_feed, response.body, response.url, content_type, seen)
         except FeedError as exc:
             self.crawler.stats.inc_value("feeds/unreadable")
             yield self.failed(self._finish(source.slug), f"{exc} ({response.url})", "parse")
@@ -86,18 +90,15 @@ class FeedsSpider(RegistrySpider):
         for unreadable in feed.unreadable:
             self.entry_failed(source.slug, unreadable)
         entries = feed.entries[: source.options.max_entries]  # the feed's order: newest first
-        result.fetched = len(entries)
+        result.fetched = len(feed.unchanged) + len(entries)
         result.etag = header(response, b"ETag")
         result.modified = header(response, b"Last-Modified")
         result.last_build_date = feed.last_build_date
         result.ttl_seconds = feed.ttl * 60 if feed.ttl else None
         fetched_at = utcnow()
-        # The entries the feed's last successful fetch gave are stored already (the
-        # conditional middleware puts their digests in the request's meta; `scrapy parse`
-        # has none, and shows every entry).
-        seen = set(response.meta.get(SEEN_ENTRIES, "").split())
-        result.entry_digests = []
-        unchanged = 0
+        # Left out by the parser, or (digests of what entries say) recognised here.
+        result.entry_digests = list(feed.unchanged)
+        unchanged = len(feed.unchanged)
         for number, entry in enumerate(entries, 1):
             if entry.digest in seen:
                 result.entry_digests.append(entry.digest)

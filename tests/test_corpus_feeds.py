@@ -135,6 +135,43 @@ def test_every_corpus_file_gives_what_it_must(path: str, served_as: str) -> None
     }
 
 
+@pytest.mark.parametrize("path", CORPUS_FILES)
+def test_entries_seen_before_are_left_out_and_the_rest_read_as_in_the_whole(path: str) -> None:
+    """A feed fetched again with every other entry seen at the last fetch: the entries it
+    gives are exactly the whole document's others, field for field, and the seen ones are
+    reported unchanged, whatever the file's encoding or shape."""
+    if EXPECTED[path]["expect"].startswith("FeedError: "):
+        return
+    content_type = TYPE_BY_SUFFIX[Path(path).suffix]
+    whole = parse(path, content_type)
+    seen = frozenset(entry.digest for entry in whole.entries[::2])
+    again = parse_feed((FEEDS / path).read_bytes(), feed_url(path), content_type, seen)
+    # (A JSON Feed is read whole: the spider recognises its seen entries by digest.)
+    assert [vars(e) for e in again.entries if e.digest not in seen] == [
+        vars(e) for e in whole.entries if e.digest not in seen
+    ]
+    assert set(again.unchanged) <= seen
+    assert len(again.unchanged) + len(again.entries) == len(whole.entries)
+
+
+def test_an_element_that_does_not_cut_cleanly_makes_the_feed_read_whole() -> None:
+    """An entry whose text holds a literal "</item>" (in CDATA): cut out by its bytes, the
+    rest would be malformed, so the whole document is read, every entry with it."""
+    items = (
+        "<item><title>Code</title><link>https://x.example/1</link>"
+        "<description><![CDATA[Close it with </item> and go on.]]></description></item>"
+        "<item><title>Plain</title><link>https://x.example/2</link>"
+        "<description>Nothing odd.</description></item>"
+    )
+    body = f'<rss version="2.0"><channel><title>t</title>{items}</channel></rss>'.encode()
+    whole = parse_feed(body, "https://x.example/feed", "application/rss+xml")
+    assert [e.title for e in whole.entries] == ["Code", "Plain"]
+    again = parse_feed(body, "https://x.example/feed", "application/rss+xml",
+                       frozenset({whole.entries[0].digest}))  # fmt: skip
+    assert again.unchanged == []
+    assert [vars(e) for e in again.entries] == [vars(e) for e in whole.entries]
+
+
 def test_corpus_matches_its_manifest_and_the_expectations() -> None:
     # A partial copy would let the parametrized test above pass on fewer files.
     rows = (FEEDS / "manifest.tsv").read_text(encoding="utf-8").splitlines()[1:]

@@ -11,6 +11,7 @@ process whose parsing runs in workers never imports them.
 from __future__ import annotations
 
 import calendar
+import contextlib
 import hashlib
 import json
 import re
@@ -24,6 +25,9 @@ from urllib.parse import urljoin
 from vesti_scrapy.text import Fingerprint, fingerprint, html_to_text, normalize_whitespace
 from vesti_scrapy.urls import normalize_url
 
+# An RSS <item> or Atom <entry> element, as it stands in the document's bytes: how the
+# entries a feed gave before are recognised before it is parsed (see parse_feed).
+_ENTRY_ELEMENT = re.compile(rb"<(item|entry)[\s>].*?</\1\s*>", re.S)
 # "Mer, " or "Mi., ": a weekday, in any language, before an RFC 822 date.
 _LEADING_WEEKDAY = re.compile(r"\s*[^\W\d_]{2,}\.?,\s*")
 
@@ -71,6 +75,9 @@ class ParsedFeed:
     # Entries that could not be read, each as "which entry: what went wrong"; the
     # others are in ``entries``.
     unreadable: list[str] = field(default_factory=list)
+    # The digests of the entries left out because the caller had seen them (parse_feed's
+    # ``seen``), in the feed's order.
+    unchanged: list[str] = field(default_factory=list)
 
 
 def _label(raw: Any, number: int) -> str:
@@ -82,8 +89,11 @@ def _label(raw: Any, number: int) -> str:
     return f"entry {number}" + (f" ({name.strip()[:120]})" if name else "")
 
 
-def _read_entries(raws: list[Any], read: Any, parsed: ParsedFeed) -> None:
-    """Each entry read on its own: one that fails is reported, never the rest's loss."""
+def _read_entries(
+    raws: list[Any], read: Any, parsed: ParsedFeed, digests: list[str] | None = None
+) -> None:
+    """Each entry read on its own: one that fails is reported, never the rest's loss.
+    ``digests``: the digests of the raw entries' elements, one per raw entry."""
     for number, raw in enumerate(raws, 1):
         try:
             entry = read(raw)
@@ -91,7 +101,27 @@ def _read_entries(raws: list[Any], read: Any, parsed: ParsedFeed) -> None:
             parsed.unreadable.append(f"{_label(raw, number)}: {type(exc).__name__}: {exc}")
             continue
         if entry is not None:
+            if digests is not None:
+                entry.digest = digests[number - 1]
             parsed.entries.append(entry)
+
+
+def _entry_elements(body: bytes) -> list[tuple[int, int, str]]:
+    """Each <item>/<entry> element's span in the document, with the digest of its bytes."""
+    return [
+        (m.start(), m.end(), hashlib.blake2b(m.group(), digest_size=8).hexdigest())
+        for m in _ENTRY_ELEMENT.finditer(body)
+    ]
+
+
+def _without(body: bytes, spans: list[tuple[int, int, str]]) -> bytes:
+    """The document with these elements cut out, byte for byte otherwise."""
+    parts, at = [], 0
+    for start, end, _ in spans:
+        parts.append(body[at:start])
+        at = end
+    parts.append(body[at:])
+    return b"".join(parts)
 
 
 def _iso(struct: time.struct_time | None) -> str | None:
@@ -221,10 +251,39 @@ def _json_entry(item: Any, url: str) -> Entry | None:
     )
 
 
-def parse_feed(body: bytes, url: str, content_type: str = "") -> ParsedFeed:
-    """Entries of a feed document; raises :class:`FeedError` when none can be read."""
+def parse_feed(
+    body: bytes, url: str, content_type: str = "", seen: frozenset[str] = frozenset()
+) -> ParsedFeed:
+    """Entries of a feed document; raises :class:`FeedError` when none can be read.
+
+    Each entry's digest is that of its element's bytes when the document's <item> or
+    <entry> elements line up with the entries feedparser reads (else of what the entry
+    says, :func:`entry_digest`). Entries whose digest is in ``seen`` (those the feed gave
+    at its last fetch) are left out before parsing, which costs a changed feed only its
+    new entries: the document is parsed without their elements, and their digests are
+    in :attr:`ParsedFeed.unchanged`. When that document does not read as cleanly as the
+    whole one would (its entries do not line up, it reads as malformed), the whole
+    document is parsed instead.
+    """
     if _looks_like_json(body, content_type):
         return _parse_json_feed(body, url)
+    elements = _entry_elements(body)
+    if seen and elements:
+        known = [span for span in elements if span[2] in seen]
+        if known:
+            kept = [span[2] for span in elements if span[2] not in seen]
+            parsed = _feedparser(_without(body, known), url, content_type)
+            if not parsed.get("bozo") and len(parsed.entries) == len(kept):
+                with contextlib.suppress(FeedError):  # read whole, it says why
+                    result = _parsed_feed(parsed, kept)
+                    result.unchanged = [span[2] for span in known]
+                    return result
+    parsed = _feedparser(body, url, content_type)
+    digests = [span[2] for span in elements]
+    return _parsed_feed(parsed, digests if len(digests) == len(parsed.entries) else None)
+
+
+def _feedparser(body: bytes, url: str, content_type: str) -> Any:
     headers = {"content-location": url}
     if content_type:
         headers["content-type"] = content_type
@@ -232,15 +291,18 @@ def parse_feed(body: bytes, url: str, content_type: str = "") -> ParsedFeed:
 
     # Entry HTML only ever becomes plain text here: feedparser's sanitizing and resolving
     # of relative URIs inside it would be work thrown away (entry links still resolve).
-    parsed = feedparser.parse(
+    return feedparser.parse(
         body, response_headers=headers, sanitize_html=False, resolve_relative_uris=False
     )
+
+
+def _parsed_feed(parsed: Any, digests: list[str] | None) -> ParsedFeed:
     problem = None
     exc = parsed.get("bozo_exception") if parsed.get("bozo") else None
     if parsed.get("bozo"):
         problem = f"{type(exc).__name__}: {exc}" if exc else "malformed feed"
     result = ParsedFeed(problem=problem)
-    _read_entries(parsed.entries, _entry_from_feedparser, result)
+    _read_entries(parsed.entries, _entry_from_feedparser, result, digests)
     entries = result.entries
     # No entries and no RSS/Atom/RDF root: not a feed, whether or not the XML was well
     # formed (a well-formed document served as application/xml sets no problem).
