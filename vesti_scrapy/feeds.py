@@ -49,8 +49,9 @@ class Entry:
     # The link's canonical form (urls.normalize_url), and the text's fingerprint.
     canonical_url: str | None = field(init=False, default=None)
     fingerprint: Fingerprint = field(init=False)
-    # What the entry says, in 16 hex digits: the same entry in the next fetch of its
-    # feed has the same digest, one that changed (a new title, an edited text) another.
+    # The entry in 16 hex digits: the same entry in the next fetch of its feed has the
+    # same digest, one that changed (a new title, an edited text) another. What the entry
+    # says (entry_digest), or its element's bytes when parse_feed can tell them.
     digest: str = field(init=False)
 
     def __post_init__(self) -> None:
