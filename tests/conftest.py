@@ -331,6 +331,19 @@ def postgres_url(request: pytest.FixtureRequest, postgres_server: PostgresServer
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)]
 
 
+def synced_storage(target: str, registry: str) -> Iterator[Storage]:
+    """A storage fixture's body: the database at ``target`` with this registry (YAML
+    text) synced in, closed after the test."""
+    from vesti_scrapy.registry import parse_sources
+
+    opened = open_storage(target)
+    opened.sources.sync(parse_sources(registry))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
 @pytest.fixture(params=BACKENDS)
 def db_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """``VESTI_DB`` for each database backend: a SQLite file under tmp_path, or a fresh

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, make_crawler, source_entry
+from conftest import FIXTURES, make_crawler, source_entry, synced_storage
 from scrapy import Spider
 from scrapy.exceptions import NotConfigured
 
@@ -23,8 +23,7 @@ from pipelines.store import record_results
 from vesti_scrapy import alerts
 from vesti_scrapy.extensions.alerts import Alerts
 from vesti_scrapy.items import FeedResult
-from vesti_scrapy.registry import parse_sources
-from vesti_scrapy.storage import Storage, open_storage
+from vesti_scrapy.storage import Storage
 from vesti_scrapy.storage.records import FeedState
 from vesti_scrapy.timefmt import iso
 
@@ -115,12 +114,7 @@ def test_the_extension_is_off_without_urls_and_in_a_dry_run():
 
 @pytest.fixture
 def storage(db_target: str) -> Iterator[Storage]:
-    opened = open_storage(db_target)
-    opened.sources.sync(parse_sources(REGISTRY))
-    try:
-        yield opened
-    finally:
-        opened.close()
+    yield from synced_storage(db_target, REGISTRY)
 
 
 def record(storage: Storage, *results: FeedResult) -> list[alerts.Transition]:

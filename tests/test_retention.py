@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, REPO, Project, source_entry, stat
+from conftest import FIXTURES, REPO, Project, source_entry, stat, synced_storage
 
 from vesti_scrapy.devserver import Site, SiteServer
 from vesti_scrapy.registry import parse_sources
@@ -63,12 +63,7 @@ def found(storage: Storage, query: str) -> list[str]:
 
 @pytest.fixture
 def storage(db_target: str) -> Iterator[Storage]:
-    opened = open_storage(db_target)
-    opened.sources.sync(parse_sources(REGISTRY))
-    try:
-        yield opened
-    finally:
-        opened.close()
+    yield from synced_storage(db_target, REGISTRY)
 
 
 # --- storage, on each backend ---------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import synced_storage
 from scrapy.utils.test import get_crawler
 
 from pipelines.store import Batch, StorePipeline, Written
@@ -121,12 +122,7 @@ def runs(storage: Storage) -> list[tuple[Any, ...]]:
 @pytest.fixture
 def storage(db_target: str) -> Iterator[Storage]:
     """An empty database with the registry synced in, on each backend."""
-    opened = open_storage(db_target)
-    opened.sources.sync(parse_sources(REGISTRY))
-    try:
-        yield opened
-    finally:
-        opened.close()
+    yield from synced_storage(db_target, REGISTRY)
 
 
 # --- the registry -------------------------------------------------------------------------
