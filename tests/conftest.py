@@ -234,6 +234,11 @@ class Project:
             raise AssertionError(
                 f"crawl on {self.backend} failed ({result.returncode}):\n{result.stderr[-4000:]}"
             )
+        # The tests never use the internet: a crawl that looked up a hostname followed a
+        # link off the fixture servers (and waited on the resolver for it).
+        looked_up = re.search(r".*DNS lookup failed.*", result.stderr)
+        if looked_up:
+            raise AssertionError(f"the crawl left the fixture servers: {looked_up.group(0)}")
         return result
 
     def open(self) -> Storage:

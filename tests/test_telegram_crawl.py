@@ -34,11 +34,18 @@ def channel_entry(slug: str, channel: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-def message(n: int) -> Msg:
+# Where the messages' links point: a port nothing listens on, on loopback, so that the
+# article a link post is followed to fails at once (never a lookup on the internet).
+UNREACHABLE = "http://127.0.0.1:1"
+
+
+def message(n: int, link: bool = True) -> Msg:
+    """A short post; with ``link``, mostly a link, so the crawl follows it (and fails)."""
     # Ids skip (deleted messages), as on real channels.
+    see = f'see <a href="{UNREACHABLE}/Articles/{n}/">LWN</a>' if link else "says LWN"
     text = (
         f"Новость номер {n}: ядро Linux 6.{n} вышло.<br>Release {n} brings "
-        f'<b>faster</b> scheduling, see <a href="https://lwn.net/Articles/{n}/">LWN</a>.'
+        f"<b>faster</b> scheduling, {see}."
     )
     return Msg(id=message_id(n), text=text, date=f"2026-11-{1 + n % 28:02d}T08:00:00+03:00")
 
@@ -91,7 +98,7 @@ def test_first_crawl_reads_back_the_backfill_across_pages_then_one_page_a_crawl(
     assert title == "Новость номер 44: ядро Linux 6.44 вышло."
     assert text == (
         "Новость номер 44: ядро Linux 6.44 вышло.\n"
-        "Release 44 brings faster scheduling, see LWN (https://lwn.net/Articles/44/)."
+        f"Release 44 brings faster scheduling, see LWN ({UNREACHABLE}/Articles/44/)."
     )
     assert published == "2026-11-17T05:00:00Z"
     assert '"views": 1200' in extra
@@ -230,7 +237,8 @@ def test_a_channel_that_fails_for_good_goes_dead_as_a_feed_does(site, project):
 @pytest.mark.slow
 def test_kill_9_mid_backfill_then_rerun_equals_an_uninterrupted_crawl(site, project):
     site_, server = site
-    messages = [message(n) for n in range(200)]  # ten pages
+    # Ten pages; no links, so that no article request stands between a page and its posts.
+    messages = [message(n, link=False) for n in range(200)]
     serve_channel(site_, CHANNEL, messages, delay=0.3)
     sources = [channel_entry("tg-news", CHANNEL)]
     more = {"VESTI_TELEGRAM_BACKFILL": 200, "VESTI_WRITE_BATCH": 5}
