@@ -74,7 +74,14 @@ class FeedsSpider(RegistrySpider):
         seen = frozenset(response.meta.get(SEEN_ENTRIES, "").split())
         pool = self.crawler.get_extension(CpuPool)
         try:
-            feed = await pool.run(parse_feed, response.body, response.url, content_type, seen)
+            feed = await pool.run(
+                parse_feed,
+                response.body,
+                response.url,
+                content_type,
+                seen,
+                source.options.max_entries,  # the feed's first entries, seen or not
+            )
         except FeedError as exc:
             self.crawler.stats.inc_value("feeds/unreadable")
             yield self.failed(self._finish(source.slug), f"{exc} ({response.url})", "parse")
@@ -89,7 +96,7 @@ class FeedsSpider(RegistrySpider):
             self.crawler.stats.inc_value("feeds/malformed")
         for unreadable in feed.unreadable:
             self.entry_failed(source.slug, unreadable)
-        entries = feed.entries[: source.options.max_entries]  # the feed's order: newest first
+        entries = feed.entries
         result.fetched = len(feed.unchanged) + len(entries)
         result.etag = header(response, b"ETag")
         result.modified = header(response, b"Last-Modified")

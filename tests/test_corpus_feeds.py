@@ -139,7 +139,8 @@ def test_every_corpus_file_gives_what_it_must(path: str, served_as: str) -> None
 def test_entries_seen_before_are_left_out_and_the_rest_read_as_in_the_whole(path: str) -> None:
     """A feed fetched again with every other entry seen at the last fetch: the entries it
     gives are exactly the whole document's others, field for field, and the seen ones are
-    reported unchanged, whatever the file's encoding or shape."""
+    reported unchanged, whatever the file's encoding or shape; with a limit, only among
+    the document's first entries."""
     if EXPECTED[path]["expect"].startswith("FeedError: "):
         return
     content_type = TYPE_BY_SUFFIX[Path(path).suffix]
@@ -152,6 +153,12 @@ def test_entries_seen_before_are_left_out_and_the_rest_read_as_in_the_whole(path
     ]
     assert set(again.unchanged) <= seen
     assert len(again.unchanged) + len(again.entries) == len(whole.entries)
+    # With a source's max_entries: the document's first entries, seen or not.
+    first = parse_feed((FEEDS / path).read_bytes(), feed_url(path), content_type, seen, 3)
+    assert [vars(e) for e in first.entries if e.digest not in seen] == [
+        vars(e) for e in whole.entries[:3] if e.digest not in seen
+    ]
+    assert len(first.unchanged) + len(first.entries) == min(3, len(whole.entries))
 
 
 def test_an_element_that_does_not_cut_cleanly_makes_the_feed_read_whole() -> None:

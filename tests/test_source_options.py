@@ -130,9 +130,20 @@ def test_max_entries_stores_only_the_first_entries_of_the_feed(site, project):
     site_, server = site
     entries = [(f"e{n}", f"Entry number {n} with a text long enough. " * 6) for n in range(10)]
     site_.put("/feed.rss", feed(server, entries, full=True))
-    crawl(project, source_entry("few", server.url("/feed.rss"), max_entries=3))
+    source = source_entry("few", server.url("/feed.rss"), max_entries=3)
+    crawl(project, source)
     assert sorted(stored(project)) == ["e0", "e1", "e2"]
     assert project.query("SELECT fetched, new FROM runs") == [(3, 3)]
+
+    # A new entry on top: the first three are now new, e0 and e1, and e2 drops out of
+    # them. Only the new one is stored, never e3 (fourth, and fifth now).
+    site_.put(
+        "/feed.rss",
+        feed(server, [("new", "A newer entry, long enough too. " * 6), *entries], full=True),
+    )
+    crawl(project, source)
+    assert sorted(stored(project)) == ["e0", "e1", "e2", "new"]
+    assert project.query("SELECT fetched, new FROM runs ORDER BY id") == [(3, 3), (3, 1)]
 
 
 @pytest.mark.parametrize(

@@ -253,35 +253,49 @@ def _json_entry(item: Any, url: str) -> Entry | None:
 
 
 def parse_feed(
-    body: bytes, url: str, content_type: str = "", seen: frozenset[str] = frozenset()
+    body: bytes,
+    url: str,
+    content_type: str = "",
+    seen: frozenset[str] = frozenset(),
+    limit: int | None = None,
 ) -> ParsedFeed:
-    """Entries of a feed document; raises :class:`FeedError` when none can be read.
+    """Entries of a feed document (its first ``limit`` only, a source's max_entries);
+    raises :class:`FeedError` when none can be read.
 
     Each entry's digest is that of its element's bytes when the document's <item> or
     <entry> elements line up with the entries feedparser reads (else of what the entry
     says, :func:`entry_digest`). Entries whose digest is in ``seen`` (those the feed gave
     at its last fetch) are left out before parsing, which costs a changed feed only its
-    new entries: the document is parsed without their elements, and their digests are
-    in :attr:`ParsedFeed.unchanged`. When that document does not read as cleanly as the
-    whole one would (its entries do not line up, it reads as malformed), the whole
-    document is parsed instead.
+    new entries: the document is parsed without their elements (nor those past
+    ``limit``), and their digests are in :attr:`ParsedFeed.unchanged`. When that document
+    does not read as cleanly as the whole one would (its entries do not line up, it reads
+    as malformed), the whole document is parsed instead.
     """
     if _looks_like_json(body, content_type):
-        return _parse_json_feed(body, url)
+        return _first(_parse_json_feed(body, url), limit)
     elements = _entry_elements(body)
-    if seen and elements:
-        known = [span for span in elements if span[2] in seen]
-        if known:
-            kept = [span[2] for span in elements if span[2] not in seen]
-            parsed = _feedparser(_without(body, known), url, content_type)
-            if not parsed.get("bozo") and len(parsed.entries) == len(kept):
-                with contextlib.suppress(FeedError):  # read whole, it says why
-                    result = _parsed_feed(parsed, kept)
-                    result.unchanged = [span[2] for span in known]
-                    return result
+    first = elements[:limit]
+    kept = [span for span in first if span[2] not in seen]
+    if len(kept) < len(elements):
+        kept_at = {start for start, _, _ in kept}
+        left_out = [span for span in elements if span[0] not in kept_at]
+        parsed = _feedparser(_without(body, left_out), url, content_type)
+        if not parsed.get("bozo") and len(parsed.entries) == len(kept):
+            with contextlib.suppress(FeedError):  # read whole, it says why
+                result = _parsed_feed(parsed, [span[2] for span in kept])
+                result.unchanged = [span[2] for span in first if span[2] in seen]
+                return result
     parsed = _feedparser(body, url, content_type)
     digests = [span[2] for span in elements]
-    return _parsed_feed(parsed, digests if len(digests) == len(parsed.entries) else None)
+    return _first(
+        _parsed_feed(parsed, digests if len(digests) == len(parsed.entries) else None), limit
+    )
+
+
+def _first(parsed: ParsedFeed, limit: int | None) -> ParsedFeed:
+    if limit is not None:
+        del parsed.entries[limit:]
+    return parsed
 
 
 def _feedparser(body: bytes, url: str, content_type: str) -> Any:
