@@ -125,3 +125,22 @@ def test_bad_argument_is_a_clear_error_before_any_request(site, project, arg, me
     assert f"error: {message}" in result.stderr
     assert "Traceback" not in result.stderr
     assert site_.log == []
+    assert not project.db.exists()
+
+
+def test_invalid_registry_is_reported_with_file_and_line(site, project):
+    site_, server = site
+    project.write_sources(
+        [
+            source_entry("ok", server.url("/linux.rss")),
+            source_entry("ok", server.url("/tech.atom"), direction="sports"),
+        ]
+    )
+    result = project.crawl(check=False)
+    assert result.returncode == 1
+    assert str(project.sources) in result.stderr
+    assert "line 10: entry 'ok': field 'direction': unknown direction 'sports'" in result.stderr
+    assert "field 'slug': duplicate slug 'ok' (first at line 1)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert site_.log == []
+    assert not project.db.exists()
