@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +21,7 @@ from vesti_scrapy import imports
 from vesti_scrapy.devserver import Site, SiteServer
 from vesti_scrapy.launch import spawn_urls_crawl
 from vesti_scrapy.storage.records import JobStateError, JobSummary
+from vesti_scrapy.timefmt import stamp
 
 ARTICLES = sorted((CORPUS / "articles" / "html").glob("*.html"))
 require(len(ARTICLES) >= 30, f"article corpus not found at {CORPUS / 'articles'}", module=True)
@@ -301,18 +301,25 @@ def test_kill_9_then_the_next_crawl_resumes(
     assert_counters_exact(project.db)
 
     if takeover == "lease expiry":
-        # As if the killed crawl had run on another machine: its lease must run out.
-        conn = sqlite3.connect(project.db)
-        with conn:
-            conn.execute("UPDATE import_jobs SET leased_by = 'elsewhere:1:abc'")
-        conn.close()
+        # As if the killed crawl had run on another machine: its lease must run out. Its
+        # end is set here, an hour on and then just past, so that no crawl's start-up
+        # time on a busy machine decides which side of it the next crawl falls.
+        def lease_for(seconds: float) -> None:
+            conn = sqlite3.connect(project.db)
+            with conn:
+                conn.execute(
+                    "UPDATE import_jobs SET leased_by = 'elsewhere:1:abc', leased_until = ?",
+                    (stamp(time.time() + seconds),),
+                )
+            conn.close()
+
+        lease_for(3600)
         early = project.run(settings=lease)
         assert "is being processed by elsewhere:1:abc" not in early.stderr  # not named
         assert "Nothing to import: no runnable job" in early.stderr
         job = project.job(job_id)
         assert job.leased_by == "elsewhere:1:abc" and job.active
-        until = datetime.strptime(job.leased_until, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-        time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 0.1)
+        lease_for(-1)
     # Else the killed crawl ran on this host and its process is gone: taken over at once.
     result = project.run(settings=lease)
     assert f"Import job(s) {job_id} taken by" in result.stderr
