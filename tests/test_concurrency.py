@@ -98,8 +98,11 @@ def test_crawls_worker_reader_and_backup_at_once(site, second_host, project: Pro
     def crawl_loop(direction: str) -> None:
         nonlocal crawls_run
         deadline = time.monotonic() + DURATION
-        while time.monotonic() < deadline:
+        runs = 0
+        # At least two crawls per direction, however slow a loaded machine makes them.
+        while time.monotonic() < deadline or runs < 2:
             result = project.crawl(f"direction={direction}", check=False)
+            runs += 1
             crawls_run += 1
             if result.returncode != 0 or "database is locked" in result.stderr:
                 crawl_failures.append(result.stderr[-3000:])
@@ -137,7 +140,12 @@ def test_crawls_worker_reader_and_backup_at_once(site, second_host, project: Pro
     threads.append(threading.Thread(target=reader))
     for thread in threads:
         thread.start()
+    # Mid-run: once the crawls have stored something (a loaded machine starts them late).
     time.sleep(DURATION / 2)
+    deadline = time.monotonic() + DURATION
+    while not project.query("SELECT count(*) FROM posts")[0][0]:
+        assert time.monotonic() < deadline, "no crawl stored anything"
+        time.sleep(0.1)
     backup = tmp_path / "mid-run-backup.db"
     with open_storage(project.db) as storage:
         storage.maintenance.backup(backup)

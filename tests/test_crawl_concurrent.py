@@ -136,11 +136,12 @@ def test_per_host_politeness_holds_for_feeds_and_article_pages_in_bursts(
 
 def test_two_crawls_of_the_same_feeds_at_once_poll_each_feed_once(site, any_project):
     project = any_project
-    # Both crawls want every feed; the feeds answer slowly, so the first crawl still
-    # holds them when the second starts. Whichever claims first polls them all.
+    # Both crawls want every feed; the feeds answer slowly (longer than a loaded machine
+    # can set the two crawls' starts apart), so the first crawl still holds them when the
+    # second starts. Whichever claims first polls them all.
     site_, server = site
     for direction in DIRECTIONS:
-        site_.put(f"/{direction}.rss", feed_xml(server.base_url, direction), delay=0.5)
+        site_.put(f"/{direction}.rss", feed_xml(server.base_url, direction), delay=3.0)
         for n in range(PER_FEED):
             site_.put(f"/{direction}/{n}.html", article(direction, n))
     project.write_sources(

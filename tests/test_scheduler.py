@@ -111,7 +111,9 @@ def assert_scheduled_posts(project: Project) -> None:
 
 # --- local crawls ----------------------------------------------------------------------
 def test_once_starts_a_crawl_and_a_second_once_does_not_overlap(feeds, project):
-    slow_linux_feed(feeds, delay=3.0)
+    # Slow enough that the crawl still runs when the second scheduler has started up,
+    # on a loaded machine too.
+    slow_linux_feed(feeds, delay=10.0)
     first = run_schedule(project, "--once")
     assert first.returncode == 0, first.stderr
     pid = crawl_pid(project)
