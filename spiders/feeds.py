@@ -96,8 +96,7 @@ class FeedsSpider(RegistrySpider):
             self.crawler.stats.inc_value("feeds/malformed")
         for unreadable in feed.unreadable:
             self.entry_failed(source.slug, unreadable)
-        entries = feed.entries
-        result.fetched = len(feed.unchanged) + len(entries)
+        result.fetched = len(feed.unchanged) + len(feed.entries)
         result.etag = header(response, b"ETag")
         result.modified = header(response, b"Last-Modified")
         result.last_build_date = feed.last_build_date
@@ -106,7 +105,7 @@ class FeedsSpider(RegistrySpider):
         # Left out by the parser, or (digests of what entries say) recognised here.
         result.entry_digests = list(feed.unchanged)
         unchanged = len(feed.unchanged)
-        for number, entry in enumerate(entries, 1):
+        for number, entry in enumerate(feed.entries, 1):
             if entry.digest in seen:
                 result.entry_digests.append(entry.digest)
                 unchanged += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import FIXTURES, Project, project_settings, source_entry
@@ -18,15 +19,17 @@ from vesti_scrapy.arguments import ArgumentError
 from vesti_scrapy.devserver import Site, SiteServer
 
 
+def three_entries(base_url: str) -> list[dict[str, Any]]:
+    return [
+        source_entry("linux-a", f"{base_url}/linux.rss", direction="linux", priority="P0"),
+        source_entry("tech-b", f"{base_url}/tech.atom", direction="tech", priority="P1"),
+        source_entry("off-c", f"{base_url}/linux.rss?off", direction="games", enabled=False),
+    ]
+
+
 def three_sources(site: Site, server: SiteServer, project: Project) -> None:
     site.load_dir(FIXTURES / "site")
-    project.write_sources(
-        [
-            source_entry("linux-a", server.url("/linux.rss"), direction="linux", priority="P0"),
-            source_entry("tech-b", server.url("/tech.atom"), direction="tech", priority="P1"),
-            source_entry("off-c", server.url("/linux.rss?off"), direction="games", enabled=False),
-        ]
-    )
+    project.write_sources(three_entries(server.base_url))
 
 
 def crawled_slugs(project: Project) -> list[str]:
@@ -36,13 +39,7 @@ def crawled_slugs(project: Project) -> list[str]:
 def spider_with(tmp_path: Path, *args: str) -> FeedsSpider:
     """The feeds spider made with ``-a`` arguments over the three sources' registry."""
     project = Project(tmp_path)
-    project.write_sources(
-        [
-            source_entry("linux-a", "http://a.test/linux.rss", direction="linux", priority="P0"),
-            source_entry("tech-b", "http://b.test/tech.atom", direction="tech", priority="P1"),
-            source_entry("off-c", "http://c.test/off.rss", direction="games", enabled=False),
-        ]
-    )
+    project.write_sources(three_entries("http://news.test"))
     settings = project_settings(VESTI_SOURCES=str(project.sources), VESTI_DB=project.target)
     crawler = get_crawler(FeedsSpider, settings)
     return FeedsSpider.from_crawler(crawler, **dict(arg.split("=", 1) for arg in args))

@@ -275,15 +275,15 @@ def parse_feed(
         return _first(_parse_json_feed(body, url), limit)
     elements = _entry_elements(body)
     first = elements[:limit]
-    kept = [span for span in first if span[2] not in seen]
-    if len(kept) < len(elements):
-        kept_at = {start for start, _, _ in kept}
-        left_out = [span for span in elements if span[0] not in kept_at]
-        parsed = _feedparser(_without(body, left_out), url, content_type)
+    past_limit = elements[len(first) :]
+    known = [span for span in first if span[2] in seen]
+    if known or past_limit:
+        kept = [span[2] for span in first if span[2] not in seen]
+        parsed = _feedparser(_without(body, known + past_limit), url, content_type)
         if not parsed.get("bozo") and len(parsed.entries) == len(kept):
             with contextlib.suppress(FeedError):  # read whole, it says why
-                result = _parsed_feed(parsed, [span[2] for span in kept])
-                result.unchanged = [span[2] for span in first if span[2] in seen]
+                result = _parsed_feed(parsed, kept)
+                result.unchanged = [span[2] for span in known]
                 return result
     parsed = _feedparser(body, url, content_type)
     digests = [span[2] for span in elements]
