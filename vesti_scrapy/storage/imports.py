@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from vesti_scrapy.storage.errors import StorageError
+from vesti_scrapy.storage.posts import Posts
 from vesti_scrapy.storage.queue import Leases, lease_end
 from vesti_scrapy.storage.records import (
     ITEM_STATES,
@@ -318,7 +319,7 @@ class ImportJobs(Leases):
             )
             items, known = [], 0
             for item in sorted((ClaimedItem(**dict(row)) for row in rows), key=_input_order):
-                post_id = self._post_for(item.canonical_url, None)
+                post_id = Posts(self.db).find(item.canonical_url)
                 if post_id is None:
                     items.append(item)
                     continue
@@ -380,7 +381,7 @@ class ImportJobs(Leases):
             # Not inserted here: stored before, by another crawl meanwhile, or earlier in
             # this crawl (then it was committed with or before this transaction); or
             # stored long ago and pruned since, which the insert skips too.
-            post_id = self._post_for(outcome.canonical_url, outcome.sha256)
+            post_id = Posts(self.db).find(outcome.canonical_url, outcome.sha256)
             if post_id is not None:
                 state = "duplicate"
             elif self._was_pruned(outcome.canonical_url, outcome.sha256):
@@ -404,13 +405,6 @@ class ImportJobs(Leases):
             return None
         self._finish_if_complete(row[0])
         return state
-
-    def _post_for(self, canonical_url: str, sha256: str | None) -> int | None:
-        return self.db.scalar(
-            "SELECT id FROM posts WHERE canonical_url = ? "
-            "UNION ALL SELECT id FROM posts WHERE sha256 = ? AND substantive = 1 LIMIT 1",
-            (canonical_url, sha256),
-        )
 
     def _was_pruned(self, canonical_url: str, sha256: str | None) -> bool:
         return bool(
