@@ -176,6 +176,11 @@ class Project:
 
     root: Path
     target: str = ""
+    # Worker processes of the crawl's CPU pool. None by default: they cost each crawl
+    # about half a CPU-second (a fork server importing the parsers, two workers), and a
+    # crawl stores the same either way (test_process_pool). Tests about the pool and the
+    # main end-to-end runs are marked ``process_pool`` and get two, a small machine's.
+    pool_workers: int = 0
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -201,7 +206,12 @@ class Project:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(VESTI_DB=self.target, VESTI_SOURCES=str(self.sources), **extra)
+        env.update(
+            VESTI_DB=self.target,
+            VESTI_SOURCES=str(self.sources),
+            VESTI_PROCESS_POOL_WORKERS=str(self.pool_workers),
+        )
+        env.update(extra)
         env.pop("DELTAFETCH_DIR", None)
         return env
 
@@ -251,10 +261,15 @@ class Project:
             return [tuple(row) for row in storage.db.all(sql, params)]
 
 
+def pool_workers(request: pytest.FixtureRequest) -> int:
+    """The worker processes a test's crawls get (:attr:`Project.pool_workers`)."""
+    return 2 if request.node.get_closest_marker("process_pool") else 0
+
+
 @pytest.fixture
-def project(tmp_path: Path) -> Project:
+def project(request: pytest.FixtureRequest, tmp_path: Path) -> Project:
     """A project on SQLite."""
-    return Project(tmp_path)
+    return Project(tmp_path, pool_workers=pool_workers(request))
 
 
 @pytest.fixture
@@ -299,6 +314,9 @@ def per_host_peak(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "postgresql: needs a PostgreSQL server (started by the postgres_server fixture)"
+    )
+    config.addinivalue_line(
+        "markers", "process_pool: the crawls parse in worker processes (Project.pool_workers)"
     )
 
 
@@ -369,9 +387,8 @@ def make_project(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[st
     def make(name: str = "") -> Project:
         root = tmp_path / name if name else tmp_path
         root.mkdir(parents=True, exist_ok=True)
-        if server is None:
-            return Project(root)
-        return Project(root, _fresh_database(request, server))
+        target = "" if server is None else _fresh_database(request, server)
+        return Project(root, target, pool_workers(request))
 
     return make
 

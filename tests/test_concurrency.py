@@ -20,6 +20,8 @@ from conftest import REPO, Project, source_entry
 
 from vesti_scrapy.storage import open_storage
 
+pytestmark = pytest.mark.process_pool
+
 DURATION = 20.0
 # Entries in each feed: a few times DURATION's worth at the publisher's pace (4 a second).
 FEED_ENTRIES = 300

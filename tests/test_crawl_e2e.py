@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from conftest import FIXTURES, Project, source_entry, stat
 
 from vesti_scrapy.devserver import Site, SiteServer
+
+pytestmark = pytest.mark.process_pool
 
 
 def serve_fixtures(site: Site, server: SiteServer, project: Project) -> None:

@@ -17,6 +17,8 @@ from conftest import REPO, Project, source_entry
 
 from vesti_scrapy.devserver import Site, SiteServer
 
+pytestmark = pytest.mark.process_pool
+
 FEEDS = 4
 ENTRIES = 15
 SETTINGS = {"CONCURRENT_REQUESTS": 4, "VESTI_WRITE_BATCH": 3, "RETRY_TIMES": 0}
