@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import prefork
 import pytest
 import yaml
 from pg_server import PostgresServer
@@ -122,7 +123,7 @@ def run_sources(registry: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "VESTI_SOURCES": str(registry),
         "VESTI_DB": str(registry.parent / "data" / "vesti.db"),
     }
-    return subprocess.run(
+    return prefork.run(
         [sys.executable, "-m", "vesti_scrapy", "sources", *args],
         cwd=REPO,
         env=env,
@@ -232,7 +233,7 @@ class Project:
         check: bool = True,
         spider: str = "feeds",
     ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
+        result = prefork.run(
             self.crawl_command(*args, settings=settings, spider=spider),
             cwd=REPO,
             env=self.env(),

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import prefork
 import pytest
 from conftest import REPO, require
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.postgresql
 
 def vesti(*args: str, db: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "VESTI_DB": db, "VESTI_SOURCES": str(REPO / "sources.yaml")}
-    return subprocess.run(
+    return prefork.run(
         [sys.executable, "-m", "vesti_scrapy", *args],
         cwd=REPO,
         env=env,

@@ -5,13 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import prefork
 from conftest import FIXTURES, REPO, Project, source_entry
 
 SHELL_PREVIEW = "__import__('vesti_scrapy.debug', fromlist=['preview']).preview(response)"
 
 
 def scrapy(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return prefork.run(
         [sys.executable, "-m", "scrapy", *args],
         cwd=REPO,
         env=project.env(),

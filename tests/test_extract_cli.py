@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import prefork
 import pytest
 from conftest import CORPUS, REPO, require
 
@@ -18,7 +19,7 @@ PAGE_IDS = ("4028", "4038", "4044")
 
 
 def run_extract(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return prefork.run(
         [sys.executable, "-m", "vesti_scrapy", "extract", *args],
         cwd=REPO,
         capture_output=True,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import prefork
 import pytest
 from conftest import CORPUS, FIXTURES, REPO, Project, assert_counters_exact, require
 
@@ -44,7 +45,7 @@ class Imports(Project):
     def run(
         self, *args: str, settings: dict[str, Any] | None = None, **env: str
     ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
+        result = prefork.run(
             self.crawl_command(*args, settings=settings),
             cwd=REPO,
             env=self.env(**env),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
+import prefork
 import pytest
 from conftest import FIXTURES, REPO, Project, source_entry
 from scrapy.http import Request, Response
@@ -188,7 +188,7 @@ def test_due_crawls_poll_only_what_is_due(site, project):
     project.crawl("due=1", "direction=linux,tech")
     assert crawled(project)[2:] == ["fast"]
 
-    status = subprocess.run(
+    status = prefork.run(
         [sys.executable, "-m", "vesti_scrapy", "sources", "status", "--db", str(project.db)],
         cwd=REPO, capture_output=True, text=True, check=True,
     )  # fmt: skip
@@ -250,7 +250,7 @@ def test_a_permanent_redirect_is_followed_then_adopted(site, project):
     assert site_.hits("/old.rss") == {status: 3}, "the adopted URL is polled directly"
     assert project.query("SELECT count(*) FROM posts") == [(3,)]
 
-    check = subprocess.run(
+    check = prefork.run(
         [sys.executable, "-m", "vesti_scrapy", "sources", "check",
          "--sources", str(project.sources), "--db", str(project.db)],
         cwd=REPO, capture_output=True, text=True, check=True,

@@ -10,6 +10,7 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
+import prefork
 import pytest
 from conftest import REPO
 
@@ -412,7 +413,7 @@ def test_sync_applies_changed_fields(tmp_path: Path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return prefork.run(
         [sys.executable, "-m", "vesti_scrapy", *args],
         cwd=REPO,
         capture_output=True,
@@ -471,7 +472,7 @@ def test_crawl_with_an_invalid_registry_writes_nothing(tmp_path: Path):
     before = db.read_bytes()
     bad = tmp_path / "sources.yaml"
     bad.write_text(GOOD.replace("slug: ars", "slug: lwn"), encoding="utf-8")
-    result = subprocess.run(
+    result = prefork.run(
         [sys.executable, "-m", "scrapy", "crawl", "feeds", "-s", "LOG_LEVEL=INFO"],
         cwd=REPO,
         env={

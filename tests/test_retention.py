@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import prefork
 import pytest
 from conftest import FIXTURES, REPO, Project, source_entry, stat, synced_storage
 
@@ -202,7 +203,7 @@ def test_a_cutoff_must_be_a_time_and_a_retention_a_sensible_number_of_days(stora
 
 
 def prune_command(target: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return prefork.run(
         [sys.executable, "-m", "vesti_scrapy", "db", "prune", *args, "--db", target],
         cwd=REPO,
         capture_output=True,

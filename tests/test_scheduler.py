@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import prefork
 import pytest
 from conftest import FIXTURES, REPO, Project, require, source_entry
 from fake_scrapyd import FakeScrapyd
@@ -42,7 +43,7 @@ CRAWL_TIMEOUT = 90.0
 def run_schedule(
     project: Project, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return prefork.run(
         [*SCHEDULE, *args],
         cwd=REPO,
         env=env or project.env(),

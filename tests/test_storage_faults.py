@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import prefork
 import pytest
 from conftest import FIXTURES, REPO, Project, require, source_entry
 
@@ -42,7 +43,7 @@ def legacy_database(path: Path) -> None:
 
 
 def run_cli(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return prefork.run(
         [sys.executable, "-m", "vesti_scrapy", "db", "--db", str(db), *args],
         cwd=REPO,
         capture_output=True,
@@ -359,7 +360,7 @@ def test_db_commands(site, project, tmp_path):
     with project.db.open("r+b") as f:
         f.seek((root - 1) * page_size + 8)  # after the leaf page's header
         f.write(b"\0" * 16)
-    damaged = subprocess.run(
+    damaged = prefork.run(
         [sys.executable, "-m", "vesti_scrapy", "db", "check", "--db", str(project.db)],
         cwd=REPO,
         capture_output=True,

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import prefork
 import pytest
 from conftest import FIXTURES, REPO, Project, source_entry
 from fake_scrapyd import FakeScrapyd
@@ -796,7 +797,7 @@ def test_binding_needs_a_token_off_loopback():
 def test_the_web_command_refuses_to_start_off_loopback_without_a_token(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "VESTI_WEB_TOKEN"}
     env["VESTI_DB"] = str(tmp_path / "vesti.db")
-    result = subprocess.run(
+    result = prefork.run(
         [sys.executable, "-m", "vesti_scrapy", "web", "--host", "0.0.0.0", "--port", "1"],
         cwd=REPO,
         env=env,

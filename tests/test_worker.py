@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import prefork
 import pytest
 from conftest import REPO
 from fake_ollama import FakeOllama
@@ -398,7 +399,7 @@ def worker_env(ollama: FakeOllama | None = None) -> dict[str, str]:
 
 
 def run_worker(db: Path, *args: str, ollama: FakeOllama | None = None):
-    result = subprocess.run(
+    result = prefork.run(
         worker_command(db, *args),
         cwd=REPO,
         env=worker_env(ollama),
