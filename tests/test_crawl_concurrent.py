@@ -4,7 +4,9 @@ deltafetch index: no crash, no lost or doubled post, and both crawls' article ke
 from __future__ import annotations
 
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
+import prefork
 from conftest import REPO, Project, source_entry
 
 from vesti_scrapy.devserver import Site, SiteServer
@@ -43,6 +45,17 @@ def test_two_crawls_at_once_lose_nothing(site, any_project):
         other.stop()
 
 
+def at_once(project: Project, args: list[str | None]) -> list[subprocess.CompletedProcess[str]]:
+    """Crawls started together, one per entry of ``args`` (a ``-a`` argument, or none)."""
+
+    def crawl(arg: str | None) -> subprocess.CompletedProcess[str]:
+        command = project.crawl_command(*([arg] if arg else []))
+        return prefork.run(command, cwd=REPO, env=project.env(), timeout=120)
+
+    with ThreadPoolExecutor(len(args)) as crawls:
+        return list(crawls.map(crawl, args))
+
+
 def _two_crawls_at_once_lose_nothing(
     project: Project, site_: Site, hosts: dict[str, SiteServer]
 ) -> None:
@@ -55,21 +68,9 @@ def _two_crawls_at_once_lose_nothing(
         [source_entry(d, hosts[d].url(f"/{d}.rss"), direction=d) for d in DIRECTIONS]
     )
 
-    crawls = [
-        subprocess.Popen(
-            project.crawl_command(f"direction={d}"),
-            cwd=REPO,
-            env=project.env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for d in DIRECTIONS
-    ]
-    for crawl in crawls:
-        _, stderr = crawl.communicate(timeout=120)
-        assert crawl.returncode == 0, stderr[-3000:]
-        assert "database is locked" not in stderr
+    for crawl in at_once(project, [f"direction={d}" for d in DIRECTIONS]):
+        assert crawl.returncode == 0, crawl.stderr[-3000:]
+        assert "database is locked" not in crawl.stderr
 
     assert project.query(
         "SELECT direction, count(*) FROM posts GROUP BY direction ORDER BY direction"
@@ -149,22 +150,10 @@ def test_two_crawls_of_the_same_feeds_at_once_poll_each_feed_once(site, any_proj
     )
     project.crawl("source=linux")  # the database exists: both crawls start alike
 
-    crawls = [
-        subprocess.Popen(
-            project.crawl_command(),
-            cwd=REPO,
-            env=project.env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
     logs = []
-    for crawl in crawls:
-        _, stderr = crawl.communicate(timeout=120)
-        assert crawl.returncode == 0, stderr[-3000:]
-        logs.append(stderr)
+    for crawl in at_once(project, [None, None]):
+        assert crawl.returncode == 0, crawl.stderr[-3000:]
+        logs.append(crawl.stderr)
 
     assert site_.hits("/tech.rss") == {200: 1}
     assert sum(site_.hits("/linux.rss").values()) == 2  # the first crawl, then one more

@@ -126,8 +126,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     require(loopback_hosts_available(), f"127.0.0.2 … 127.0.0.{HOSTS} cannot be bound")
     root = tmp_path_factory.mktemp("fleet")
     python = python_without_the_project(root / "venv")
-    # One worker process per crawl: two crawls share this machine's two cores.
-    env = scrapyd_env(root, VESTI_PROCESS_POOL_WORKERS="1")
+    # Parsing inline, as the other crawls of the tests do (conftest.Project.pool_workers):
+    # the pool in scrapyd's jobs is test_scrapyd's subject.
+    env = scrapyd_env(root, VESTI_PROCESS_POOL_WORKERS="0")
     nodes: list[Scrapyd] = []
     try:
         for number in range(NODES):
