@@ -177,7 +177,7 @@ class Project:
 
     root: Path
     target: str = ""
-    # Worker processes of the crawl's CPU pool. None by default: they cost each crawl
+    # Worker processes of the crawl's CPU pool, none by default: they cost each crawl
     # about half a CPU-second (a fork server importing the parsers, two workers), and a
     # crawl stores the same either way (test_process_pool). Tests about the pool and the
     # main end-to-end runs are marked ``process_pool`` and get two, a small machine's.
