@@ -36,14 +36,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-# Third-party modules every command imports before its work; with Scrapy's commands and
-# default components (:func:`_scrapy_modules`). None installs a Twisted reactor or
-# creates an asyncio event loop at import.
+# Third-party modules every command imports before its work (with what these import, and
+# Scrapy's commands and default components: :func:`_scrapy_modules`). None installs a
+# Twisted reactor or creates an asyncio event loop at import.
 PRELOAD = (
     "scrapy.cmdline",
-    "scrapy.crawler",
-    "scrapy.core.engine",
-    "scrapy.utils.test",
     "twisted.internet.asyncioreactor",
     "scrapy_deltafetch.middleware",
     "itemadapter",
