@@ -50,14 +50,14 @@ class Entry:
     canonical_url: str | None = field(init=False, default=None)
     fingerprint: Fingerprint = field(init=False)
     # The entry in 16 hex digits: the same entry in the next fetch of its feed has the
-    # same digest, one that changed (a new title, an edited text) another. What the entry
-    # says (entry_digest), or its element's bytes when parse_feed can tell them.
-    digest: str = field(init=False)
+    # same digest, one that changed (a new title, an edited text) another. Its element's
+    # bytes when parse_feed can tell them, else what the entry says (entry_digest); set
+    # by _read_entries.
+    digest: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         self.canonical_url = normalize_url(self.link) if self.link else None
         self.fingerprint = fingerprint(self.text)
-        self.digest = entry_digest(self.link, self.entry_id, self.title, self.fingerprint)
 
 
 def entry_digest(link: str | None, entry_id: str | None, title: str, text: Fingerprint) -> str:
@@ -102,8 +102,11 @@ def _read_entries(
             parsed.unreadable.append(f"{_label(raw, number)}: {type(exc).__name__}: {exc}")
             continue
         if entry is not None:
-            if digests is not None:
-                entry.digest = digests[number - 1]
+            entry.digest = (
+                digests[number - 1]
+                if digests is not None
+                else entry_digest(entry.link, entry.entry_id, entry.title, entry.fingerprint)
+            )
             parsed.entries.append(entry)
 
 

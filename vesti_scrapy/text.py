@@ -44,8 +44,10 @@ def normalize_whitespace(text: str) -> str:
     return _BLANK_LINES.sub("\n\n", text).strip()
 
 
-def _collapse(text: str | None) -> str | None:
-    return _ANY_SPACES.sub(" ", strip_controls(text)) if text else text
+def _collapse(text: str | None, controls: bool) -> str | None:
+    if not text:
+        return text
+    return _ANY_SPACES.sub(" ", strip_controls(text) if controls else text)
 
 
 def _in_pre(element: Any) -> bool:
@@ -61,8 +63,10 @@ def html_to_text(html: str) -> str:
     if not _TAG.search(html):
         # No markup at all: plain text, whose line breaks mean something.
         return normalize_whitespace(htmllib.unescape(html))
-    # lxml refuses control characters; character references to them are dropped below.
+    # lxml refuses control characters; character references to them (only those can
+    # bring one back once they are stripped here) are dropped below.
     html = strip_controls(html)
+    controls = "&#" in html
     try:
         root = lxml.html.fragment_fromstring(html, create_parent="div")
     except (etree.ParserError, ValueError):
@@ -72,12 +76,12 @@ def html_to_text(html: str) -> str:
     # Line breaks in the HTML source are only spaces; lines come from block elements.
     for element in root.iter():
         if not _in_pre(element):
-            element.text = _collapse(element.text)
-        elif element.text:
+            element.text = _collapse(element.text, controls)
+        elif element.text and controls:
             element.text = strip_controls(element.text)
         if not _in_pre(element.getparent()):
-            element.tail = _collapse(element.tail)
-        elif element.tail:
+            element.tail = _collapse(element.tail, controls)
+        elif element.tail and controls:
             element.tail = strip_controls(element.tail)
     for element in root.iter(*BLOCK_TAGS):
         element.tail = "\n" + (element.tail or "")
