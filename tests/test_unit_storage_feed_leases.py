@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from test_unit_storage_crawls import dead_pid
@@ -71,6 +74,21 @@ def test_a_killed_crawl_on_this_host_loses_its_leases_at_once(storage):
     killed = f"{socket.gethostname()}:{dead_pid()}:cccccc"
     storage.feed_leases.claim(["a1"], killed, 600)
     assert storage.feed_leases.claim(["a1"], ALICE, 600).claimed == ["a1"]
+
+
+def test_a_killed_crawl_not_yet_reaped_loses_its_leases_at_once(storage):
+    # A crawl killed in a container whose init reaps orphans late stays a zombie a while.
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{process.pid}/stat").read_text().split(") ")[-1][:1] != "Z":
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.01)
+        killed = f"{socket.gethostname()}:{process.pid}:dddddd"
+        storage.feed_leases.claim(["a1"], killed, 600)
+        assert storage.feed_leases.claim(["a1"], ALICE, 600).claimed == ["a1"]
+    finally:
+        process.wait()
 
 
 def test_renewing_keeps_a_lease_past_its_first_end(storage):

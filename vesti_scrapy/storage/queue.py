@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vesti_scrapy.storage.records import QueuedPost
@@ -53,7 +54,18 @@ def holder_is_gone(holder: str | None) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """A killed process that its parent has not reaped yet (an orphan waits for init,
+    which in a container may be slow to): it answers signals, but holds nothing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (not Linux), or it has been reaped meanwhile
+        return False
+    # "pid (comm) state ...": the command may itself hold spaces and parentheses.
+    return stat[stat.rfind(")") + 2 :][:1] == "Z"
 
 
 def lease_end(seconds: float) -> str:
