@@ -206,17 +206,29 @@ def _rss_kib(pid: int) -> int:
     return int((PROC / str(pid) / "statm").read_bytes().split()[1]) * PAGE_KIB
 
 
-def _cpu_seconds(pid: int) -> float:
-    stat = (PROC / str(pid) / "stat").read_bytes()
+def _cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """A process's CPU time (utime + stime), or one of its threads' with ``thread``."""
+    path = (
+        PROC / str(pid) / "stat"
+        if thread is None
+        else PROC / str(pid) / "task" / str(thread) / "stat"
+    )
+    stat = path.read_bytes()
     fields = stat[stat.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _threads(pid: int) -> list[int]:
+    return [int(entry.name) for entry in (PROC / str(pid) / "task").iterdir()]
 
 
 class TreeSampler(threading.Thread):
     """Every 100 ms: the sum of RSS over a process and all its descendants, and each
     process's CPU time as last seen, which cross-checks getrusage (a child its parent never
     reaped is missing from the latter); the sum of PSS too during the first second, then
-    every 500 ms. The peaks are kept.
+    every 500 ms. The peaks are kept. The root process's CPU is also kept by thread: its
+    main thread (a crawl's reactor) apart from the others (the database writer, the
+    process pool's threads), and both apart from its descendants (the workers).
 
     PSS is the costly reading: the kernel walks each process's page tables, 1-2 ms of CPU
     per process here. Taken every 50 ms over the pool's five processes it cost 12% of a
@@ -231,6 +243,7 @@ class TreeSampler(threading.Thread):
         self.peak_rss_kib = 0
         self.max_processes = 0
         self.cpu_by_pid: dict[int, float] = {}
+        self.cpu_by_thread: dict[int, float] = {}
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -251,6 +264,9 @@ class TreeSampler(threading.Thread):
                 rss += _rss_kib(pid)
                 self.cpu_by_pid[pid] = _cpu_seconds(pid)
                 pss += _pss_kib(pid) if with_pss else 0
+                if pid == self.root:
+                    for thread in _threads(pid):
+                        self.cpu_by_thread[thread] = _cpu_seconds(pid, thread)
             except (OSError, ValueError, IndexError):
                 continue  # exited meanwhile
         self.peak_pss_kib = max(self.peak_pss_kib, pss)
@@ -264,6 +280,15 @@ class TreeSampler(threading.Thread):
     @property
     def cpu_seconds(self) -> float:
         return sum(self.cpu_by_pid.values())
+
+    @property
+    def cpu_split(self) -> tuple[float, float, float]:
+        """CPU seconds of the root's main thread, of its other threads, and of its
+        descendants, as last seen."""
+        main = self.cpu_by_thread.get(self.root, 0.0)
+        others = sum(cpu for thread, cpu in self.cpu_by_thread.items() if thread != self.root)
+        descendants = sum(cpu for pid, cpu in self.cpu_by_pid.items() if pid != self.root)
+        return main, others, descendants
 
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -320,6 +345,8 @@ class Measured:
     harness_cpu: float
     stdout: str
     stderr: str
+    # TreeSampler.cpu_split: the process's main thread, its other threads, its descendants.
+    cpu_split: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 def _busy_seconds() -> float:
@@ -377,6 +404,7 @@ def measure(command: list[str], env: dict[str, str], cwd: Path = REPO) -> Measur
         + (own_after.ru_stime - own_before.ru_stime),
         stdout=stdout,
         stderr=stderr,
+        cpu_split=sampler.cpu_split,
     )
 
 
@@ -813,7 +841,8 @@ def _ratio(a: float, b: float) -> str:
 
 def pass_table(results: list[PassResult]) -> list[str]:
     lines = [
-        "| system | pass | wall s | CPU s | feeds/s | new posts | posts/s | peak PSS MiB "
+        "| system | pass | wall s | CPU s (main thread / other threads / children) | feeds/s "
+        "| new posts | posts/s | peak PSS MiB "
         "| peak RSS MiB | procs | requests (kind status xcount) | server CPU s "
         "| others' CPU s | wall s of each run |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
@@ -822,8 +851,10 @@ def pass_table(results: list[PassResult]) -> list[str]:
     for r in results:
         m = r.measured
         runs = ", ".join(f"{wall:.2f}" for wall in r.repeat_walls)
+        main, threads, descendants = m.cpu_split
         lines.append(
-            f"| {r.system} | {r.pass_name} | {m.wall:.2f} | {m.cpu:.2f} | {r.feeds_per_s:.1f} "
+            f"| {r.system} | {r.pass_name} | {m.wall:.2f} | {m.cpu:.2f} "
+            f"({main:.1f} / {threads:.1f} / {descendants:.1f}) | {r.feeds_per_s:.1f} "
             f"| {r.new_posts} | {r.posts_per_s:.1f} | {m.peak_pss_mib:.0f} | {m.peak_rss_mib:.0f} "
             f"| {m.processes} | {_requests(r.requests)} | {r.server_cpu:.2f} "
             f"| {max(0.0, r.foreign_cpu):.1f} | {runs} |"
@@ -1079,7 +1110,9 @@ def header(command: str, elapsed: float) -> list[str]:
         "(incremental from the same database each time); their rows are the median run, "
         "and the last column lists every run. The systems take turns pass by pass (every "
         "cold pass, then every warm one, then every incremental one). "
-        "CPU is user+sys of the process tree; peak PSS is the peak of "
+        "CPU is user+sys of the process tree; in brackets, as the sampler last saw them, "
+        "the process's main thread (a crawl's reactor), its other threads (the database "
+        "writer, the pool's threads) and its children (the workers). Peak PSS is the peak of "
         "the sum over the tree (copy-on-write pages shared by a pool count once). "
         "Requests are as the server counted them.",
         "",
