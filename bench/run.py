@@ -346,7 +346,7 @@ class Measured:
     stdout: str
     stderr: str
     # TreeSampler.cpu_split: the process's main thread, its other threads, its descendants.
-    cpu_split: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    cpu_split: tuple[float, float, float]
 
 
 def _busy_seconds() -> float:

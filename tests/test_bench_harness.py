@@ -43,11 +43,6 @@ def test_the_million_post_rows_fill_every_post_column():
 BUSY = """
 import subprocess, sys, threading, time
 
-def spin(seconds):
-    end = time.process_time() + seconds
-    while time.process_time() < end:
-        pass
-
 def spin_thread(seconds):
     end = time.thread_time() + seconds
     while time.thread_time() < end:
