@@ -10,8 +10,9 @@ from pathlib import Path
 
 from conftest import FIXTURES
 
-from bench import run as bench_run
 from bench.floor import Floor
+from bench.measure import measure
+from bench.million import archived_post
 from vesti_scrapy.storage import open_storage
 from vesti_scrapy.storage.posts import POST_COLUMNS
 
@@ -35,7 +36,7 @@ def test_the_floor_crawls_a_site_into_our_schema(site, tmp_path: Path):
 
 
 def test_the_million_post_rows_fill_every_post_column():
-    assert set(bench_run._archived_post(0)) == set(POST_COLUMNS)
+    assert set(archived_post(0)) == set(POST_COLUMNS)
 
 
 # Busy for 0.6 CPU-s in a thread, then for 1.2 CPU-s in a child process, while the main
@@ -57,7 +58,7 @@ subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_the_measurement_splits_cpu_into_main_thread_other_threads_and_children():
-    measured = bench_run.measure([sys.executable, "-c", BUSY], env={})
+    measured = measure([sys.executable, "-c", BUSY], env={})
     main, threads, children = measured.cpu_split
     # As last seen: up to one sampling interval (0.1 s) of each ending short.
     assert 0.4 <= threads <= 0.9
