@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from vesti_scrapy.cli import main
 from vesti_scrapy.imports import create_job
-from vesti_scrapy.storage import Storage, StorageError, open_storage
+from vesti_scrapy.storage import Storage, StorageError, open_storage, queue
 from vesti_scrapy.storage.queue import holder_is_gone
 from vesti_scrapy.storage.records import (
     ITEM_STATES,
@@ -201,6 +201,13 @@ def dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
+
+
+def test_a_holder_reaped_between_the_two_checks_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It answered the signal, then was reaped before its /proc entry was read.
+    reaped = dead_pid()
+    monkeypatch.setattr(queue.os, "kill", lambda pid, signum: None)
+    assert holder_is_gone(f"{socket.gethostname()}:{reaped}:f")
 
 
 def test_a_dead_crawl_is_taken_over_and_its_items_resume(storage: Storage) -> None:

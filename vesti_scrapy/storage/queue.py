@@ -62,7 +62,11 @@ def _is_zombie(pid: int) -> bool:
     which in a container may be slow to): it answers signals, but holds nothing."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:  # no /proc (not Linux), or it has been reaped meanwhile
+    except FileNotFoundError:
+        # Reaped since it answered the signal: gone, as a zombie is. Unless there is no
+        # /proc at all (not Linux): then nothing tells.
+        return Path("/proc/self/stat").exists()
+    except OSError:
         return False
     # "pid (comm) state ...": the command may itself hold spaces and parentheses.
     return stat[stat.rfind(")") + 2 :][:1] == "Z"
