@@ -47,9 +47,6 @@ def terminate(process: subprocess.Popen[Any], grace: float = 10.0) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-# --- measuring a process tree ------------------------------------------------------------------
-
-
 def _parent_pids() -> dict[int, int]:
     """pid -> parent pid for every process (the kernel here has no
     /proc/<pid>/task/<tid>/children, so the tree is rebuilt from /proc/<pid>/stat)."""

@@ -14,8 +14,6 @@ from vesti_scrapy.storage.posts import POST_COLUMNS
 
 MILLION = 1_000_000
 
-# --- the million-post database ---------------------------------------------------------------
-
 
 ARCHIVE_SOURCE_ID = 1
 

@@ -10,8 +10,6 @@ from importlib.metadata import PackageNotFoundError, version
 from bench.passes import MILLION_REPEATS, PASSES, SHORT_PASS_REPEATS, PassResult, requests_summary
 from bench.site import SHAPES
 
-# --- report -------------------------------------------------------------------------------------
-
 
 def _find(results: list[PassResult], n: int, system: str, pass_name: str) -> PassResult | None:
     for r in results:

@@ -31,6 +31,8 @@ builds a database holding 1,000,000 posts and compares our cold pass on it with 
 empty database (at the first shape). Timing is measured here, never in a test.
 """
 
+from __future__ import annotations
+
 import argparse
 import shlex
 import shutil
@@ -45,8 +47,6 @@ from bench.million import build_million_db
 from bench.passes import PassResult, System, run_size, systems
 from bench.report import header, shape_report
 from bench.site import SHAPES
-
-# --- main -----------------------------------------------------------------------------------------
 
 
 def _interrupt_on_signals() -> None:
