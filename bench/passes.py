@@ -335,27 +335,46 @@ def _incremental(server: Server, system: System, n: int, workdir: Path, inputs: 
     return _median(runs)
 
 
-# A system's passes, in order: each builds on the database the one before left. Warm and
-# incremental last a second or two, and on a shared machine one run of them moves by 10%
-# or more, so they run SHORT_PASS_REPEATS times and the median run stands for the pass
-# (with 3, the same code's incremental ratio ranged 0.90-1.02 over four runs).
+# A system's passes after the cold one, in order: each builds on the database the one
+# before left. Warm and incremental last a second or two, and on a shared machine one run
+# of them moves by 10% or more, so they run SHORT_PASS_REPEATS times and the median run
+# stands for the pass (with 3, the same code's incremental ratio ranged 0.90-1.02 over
+# four runs).
 STAGES = (_cold, _warm, _incremental)
 
 
 def run_systems(
-    server: Server, contenders: list[System], n: int, tmp: Path, inputs: Path
+    server: Server,
+    contenders: list[System],
+    n: int,
+    tmp: Path,
+    inputs: Path,
+    cold_repeats: int = 1,
 ) -> list[PassResult]:
     """Every system's passes, pass by pass: cold for each system, then warm, then
     incremental. This machine's speed drifts over minutes (the same cold pass took 8%
     more CPU-seconds ten minutes later), and systems measured side by side drift alike.
+    With ``cold_repeats`` above 1 the cold passes go round that many times, each from an
+    empty database, and the median run stands for the pass (the last run's database goes
+    on to the warm and incremental passes).
 
     A system with a pass that other processes disturbed is run again afterwards, its
-    whole sequence (the passes build on each other), up to ``DISTURBED_RETRIES`` times.
+    whole sequence (the passes build on each other, the cold pass once), up to
+    ``DISTURBED_RETRIES`` times.
     """
     server.control("POST", "/__reset")
-    workdirs = {system.name: _workdir(tmp, n, system, 0) for system in contenders}
-    sequences: dict[str, list[PassResult]] = {system.name: [] for system in contenders}
-    for stage in STAGES:
+    workdirs: dict[str, Path] = {}
+    colds: dict[str, list[PassResult]] = {system.name: [] for system in contenders}
+    for repeat in range(cold_repeats):
+        for system in contenders:
+            if system.name in workdirs:
+                shutil.rmtree(workdirs[system.name])
+            workdirs[system.name] = workdir = _workdir(tmp, n, system, f"cold{repeat}")
+            colds[system.name].append(_cold(server, system, n, workdir, inputs))
+    sequences = {
+        name: [_median(runs) if cold_repeats > 1 else runs[0]] for name, runs in colds.items()
+    }
+    for stage in STAGES[1:]:
         for system in contenders:
             workdir = workdirs[system.name]
             sequences[system.name].append(stage(server, system, n, workdir, inputs))
@@ -369,7 +388,7 @@ def run_systems(
                 break
             log(f"  other processes disturbed {', '.join(disturbed)}: running {system.name} again")
             server.control("POST", "/__reset")
-            workdir = _workdir(tmp, n, system, attempt)
+            workdir = _workdir(tmp, n, system, f"retry{attempt}")
             sequence = [stage(server, system, n, workdir, inputs) for stage in STAGES]
             shutil.rmtree(workdir)
             for result in sequence:
@@ -378,8 +397,8 @@ def run_systems(
     return results
 
 
-def _workdir(tmp: Path, n: int, system: System, attempt: int) -> Path:
-    workdir = tmp / f"{n}-{system.name.replace(' ', '-')}-{attempt}"
+def _workdir(tmp: Path, n: int, system: System, label: str) -> Path:
+    workdir = tmp / f"{n}-{system.name.replace(' ', '-')}-{label}"
     workdir.mkdir()
     return workdir
 
@@ -392,7 +411,12 @@ def _median(runs: list[PassResult]) -> PassResult:
 
 
 def run_size(
-    n: int, shape: str, contenders: list[System], tmp: Path, million_db: Path | None
+    n: int,
+    shape: str,
+    contenders: list[System],
+    tmp: Path,
+    million_db: Path | None,
+    cold_repeats: int = 1,
 ) -> tuple[list[PassResult], list[PassResult], dict[str, int]]:
     results: list[PassResult] = []
     million: list[PassResult] = []
@@ -403,7 +427,7 @@ def run_size(
         log(f"n={n}: serving {server.site} on 127.0.0.1-16:{server.port}")
         inputs = tmp / f"inputs-{n}"
         write_inputs(inputs, [feed_url(i, server.port) for i in range(n)])
-        results += run_systems(server, contenders, n, tmp, inputs)
+        results += run_systems(server, contenders, n, tmp, inputs, cold_repeats)
         if million_db is not None:
             ours = contenders[0]
             # Alternated and repeated: run-to-run noise of the pooled crawl is about the

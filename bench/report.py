@@ -278,7 +278,13 @@ def _version(name: str) -> str:
         return "not installed"
 
 
-def header(command: str, elapsed: float) -> list[str]:
+def header(command: str, elapsed: float, cold_repeats: int = 1) -> list[str]:
+    colds = (
+        f"Cold passes run {cold_repeats} times each, the systems in turn, and their rows "
+        "are the median run too. "
+        if cold_repeats > 1
+        else ""
+    )
     return [
         "# Crawl benchmark",
         "",
@@ -291,7 +297,8 @@ def header(command: str, elapsed: float) -> list[str]:
         "database), warm (nothing changed), incremental (10% of the feeds "
         f"gained 3 entries). Warm and incremental run {SHORT_PASS_REPEATS} times each "
         "(incremental from the same database each time); their rows are the median run, "
-        "and the last column lists every run. The systems take turns pass by pass (every "
+        f"and the last column lists every run. {colds}The systems take turns pass by pass "
+        "(every "
         "cold pass, then every warm one, then every incremental one). "
         "CPU is user+sys of the process tree; in brackets, as the sampler last saw them, "
         "the process's main thread (a crawl's reactor), its other threads (the database "

@@ -1,7 +1,7 @@
 """The crawl benchmark: our `scrapy crawl feeds` against the floor and lemon24's reader.
 
     python -m bench.run [--sizes 200,1000] [--shapes default,heavy] [--million]
-                        [--out bench/results.md]
+                        [--cold-repeats 3] [--out bench/results.md]
 
 A user with N feeds runs `scrapy crawl feeds` every 15 minutes. For each N the harness
 serves a fixture site (bench/site.py, bench/server.py) on 127.0.0.1-16 and runs three
@@ -9,7 +9,8 @@ passes per system, each system from an empty database and the same site:
 
 * cold: empty database; warm: nothing changed (all 304); incremental: 10% of the feeds
   gained 3 entries. Warm and incremental, a second or two each, run five times (each
-  incremental run from the same database) and the median run is reported.
+  incremental run from the same database) and the median run is reported; cold passes
+  run ``--cold-repeats`` times (the systems in turn), the median counting as well.
 
 Pass by pass: cold for every system, then warm, then incremental, so that a drift in the
 machine's speed over the run moves every system alike.
@@ -71,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--million-size", type=int, default=None, help="N for that pass (default: the smallest)"
     )
+    parser.add_argument(
+        "--cold-repeats",
+        type=int,
+        default=1,
+        help="cold passes per system, in turn; the median counts (default 1)",
+    )
     parser.add_argument("--reader-workers", type=int, default=8)
     parser.add_argument(
         "--compare-with",
@@ -123,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in sizes:
                 seeded = million_db if n == million_size and shape == shapes[0] else None
                 size_results, size_million, sites[shape][n] = run_size(
-                    n, shape, contenders, tmp, seeded
+                    n, shape, contenders, tmp, seeded, args.cold_repeats
                 )
                 results[shape] += size_results
                 million += size_million
@@ -132,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    lines = header(command, time.monotonic() - started)
+    lines = header(command, time.monotonic() - started, args.cold_repeats)
     for shape in shapes:
         shape_million = million if shape == shapes[0] else []
         lines += shape_report(
