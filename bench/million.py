@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.passes import DIRECTIONS
+from vesti_scrapy.registry import DIRECTIONS
 from vesti_scrapy.storage import open_storage
 from vesti_scrapy.storage.posts import POST_COLUMNS
 

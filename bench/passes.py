@@ -22,9 +22,9 @@ import yaml
 
 from bench.measure import REPO, Measured, busy_seconds, log, measure, terminate
 from bench.site import feed_url
+from vesti_scrapy.registry import DIRECTIONS
 
 PASSES = ("cold", "warm", "incremental")
-DIRECTIONS = ("linux", "tech", "politics", "games", "electronics", "llm")
 MUTATE_FRACTION = 0.1
 MILLION_REPEATS = 2
 SHORT_PASS_REPEATS = 5

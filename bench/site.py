@@ -34,6 +34,8 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from html import escape
 
+from vesti_scrapy.registry import DIRECTIONS
+
 HOSTS = 16
 ENTRIES_PER_FEED = 25
 AGGREGATOR_EVERY = 10
@@ -41,7 +43,6 @@ NEW_ENTRIES_PER_MUTATION = 3
 UTM_QUERY = "utm_source=agg&utm_medium=rss"
 DEFAULT_SEED = 20260101
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
-DIRECTIONS = ("linux", "tech", "politics", "games", "electronics", "llm")
 
 RSS_TYPE = "application/rss+xml; charset=utf-8"
 ATOM_TYPE = "application/atom+xml; charset=utf-8"
