@@ -80,12 +80,13 @@ TARGETS = (
 )
 
 
-def target_table(results: list[PassResult], n: int) -> list[str]:
+def target_table(results: list[PassResult], n: int, compared: list[str]) -> list[str]:
+    """The targets for ours and each compared checkout, then ours against each of them."""
     lines = [
         f"| target (N={n}, wall) | system | ours s | other s | ratio | at most | met |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
-    for system in ("ours", "ours before"):
+    for system in ("ours", *compared):
         for label, _, pass_a, system_b, pass_b, limit in TARGETS:
             a, b = _find(results, n, system, pass_a), _find(results, n, system_b, pass_b)
             if a is None or b is None:
@@ -95,18 +96,16 @@ def target_table(results: list[PassResult], n: int) -> list[str]:
                 f"| {label} | {system} | {a.measured.wall:.2f} | {b.measured.wall:.2f} "
                 f"| {ratio:.2f}x | {limit:.1f}x | {'yes' if ratio <= limit else '**no**'} |"
             )
-    lines += ["", *before_after_table(results, n)]
+    for other in compared:
+        lines += ["", *before_after_table(results, n, other)]
     return lines
 
 
-def before_after_table(results: list[PassResult], n: int) -> list[str]:
-    """Each pass of ours against the same pass of the other checkout (--compare-with)."""
+def before_after_table(results: list[PassResult], n: int, other: str) -> list[str]:
+    """Each pass of ours against the same pass of a compared checkout (--compare-with)."""
     rows = []
     for pass_name in PASSES:
-        now, then = (
-            _find(results, n, "ours", pass_name),
-            _find(results, n, "ours before", pass_name),
-        )
+        now, then = _find(results, n, "ours", pass_name), _find(results, n, other, pass_name)
         if now is None or then is None:
             continue
         change = now.measured.wall / then.measured.wall - 1
@@ -117,7 +116,7 @@ def before_after_table(results: list[PassResult], n: int) -> list[str]:
     if not rows:
         return []
     return [
-        f"| pass (N={n}, wall) | before s | after s | change | at most 5% slower |",
+        f"| pass (N={n}, wall) | {other} s | ours s | change | at most 5% slower |",
         "| --- | ---: | ---: | ---: | --- |",
         *rows,
     ]
@@ -316,6 +315,7 @@ def shape_report(
     million_build: float,
     sites: dict[int, dict[str, int]],
     sizes: list[int],
+    compared: list[str],
 ) -> list[str]:
     described = SHAPES[shape]
     low, high = described.article_kib
@@ -325,7 +325,7 @@ def shape_report(
         f"Article pages of {low}-{high} KiB; {described.summary_share:.0%} of the entries "
         "carry only a summary, so their article page is fetched.",
         "",
-        *target_table(results, max(sizes)),
+        *target_table(results, max(sizes), compared),
         "",
     ]
     for n in sizes:

@@ -2,6 +2,7 @@
 
     python -m bench.run [--sizes 200,1000] [--shapes default,heavy] [--million]
                         [--cold-repeats 3] [--out bench/results.md]
+                        [--compare-with [NAME=]CHECKOUT ...]
 
 A user with N feeds runs `scrapy crawl feeds` every 15 minutes. For each N the harness
 serves a fixture site (bench/site.py, bench/server.py) on 127.0.0.1-16 and runs three
@@ -29,7 +30,11 @@ every 500 ms after; RSS every 100 ms), new posts, requests by status from the se
 ``--shapes`` names the sites' shapes (bench/site.py: article size, summary-only share):
 every size runs at every shape, and the targets are checked at each. ``--million`` also
 builds a database holding 1,000,000 posts and compares our cold pass on it with one on an
-empty database (at the first shape). Timing is measured here, never in a test.
+empty database (at the first shape). ``--compare-with`` (repeatable) runs the crawl of
+other checkouts of the project, each with its own .venv, as more systems right after ours:
+the report checks the targets for each and tables ours against each, pass by pass (the
+first is "ours before", the tree a change is measured against). Timing is measured here,
+never in a test.
 """
 
 from __future__ import annotations
@@ -62,6 +67,23 @@ def _interrupt_on_signals() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
+def compared_systems(specs: list[str]) -> list[System]:
+    """The other checkouts of ``--compare-with [NAME=]CHECKOUT``, in the order given: the
+    first is "ours before" unless named, the others "ours <folder name>"."""
+    compared: list[System] = []
+    for spec in specs:
+        name, _, path = spec.rpartition("=")
+        checkout = Path(path).resolve()
+        if not name:
+            name = "ours before" if not compared else f"ours {checkout.name}"
+        if not (checkout / ".venv" / "bin" / "python").exists():
+            raise ValueError(f"--compare-with {spec}: {checkout} has no .venv/bin/python")
+        if name in {"ours", *(system.name for system in compared)}:
+            raise ValueError(f"--compare-with {spec}: the name {name!r} is taken")
+        compared.append(System(name, "ours", checkout=checkout))
+    return compared
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="200,1000", help="feed counts, comma-separated")
@@ -81,10 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reader-workers", type=int, default=8)
     parser.add_argument(
         "--compare-with",
-        type=Path,
-        default=None,
-        metavar="CHECKOUT",
-        help="also run the crawl of another checkout (with its own .venv) as 'ours before'",
+        action="append",
+        default=[],
+        metavar="[NAME=]CHECKOUT",
+        help="also run the crawl of another checkout (with its own .venv); repeatable. The "
+        "first is 'ours before' unless named, the others 'ours <folder name>'",
     )
     parser.add_argument(
         "--systems",
@@ -103,10 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.run " + shlex.join(sys.argv[1:] if argv is None else argv)
     started = time.monotonic()
     contenders = systems(args.reader_workers)
-    if args.compare_with is not None:
-        # Right after ours: the two are compared, and take turns with the floor.
-        before = System("ours before", "ours", checkout=args.compare_with.resolve())
-        contenders.insert(1, before)
+    try:
+        compared = compared_systems(args.compare_with)
+    except ValueError as exc:
+        parser.error(str(exc))
+    # Right after ours: they are compared with it, and take turns with the floor.
+    contenders[1:1] = compared
     if args.systems:
         wanted = {name.strip() for name in args.systems.split(",") if name.strip()}
         if unknown := wanted - {system.name for system in contenders}:
@@ -143,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     for shape in shapes:
         shape_million = million if shape == shapes[0] else []
         lines += shape_report(
-            shape, results[shape], shape_million, million_build, sites[shape], sizes
+            shape,
+            results[shape],
+            shape_million,
+            million_build,
+            sites[shape],
+            sizes,
+            [system.name for system in compared],
         )
     text = "\n".join(lines)
     print(text)
